@@ -1,0 +1,13 @@
+"""enzpy: reverse-mode automatic differentiation of Numba-compiled code.
+
+Numba lowers the function to LLVM IR; enzpy differentiates that IR in the style
+of Enzyme and compiles the derivative with llvmlite.
+"""
+from .api import (Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse,
+                  ReverseWithPrimal, autodiff, build_report, cache_info)
+from .errors import UnsupportedError
+
+__all__ = ["autodiff", "Reverse", "ReverseWithPrimal", "Forward", "ForwardWithPrimal",
+           "Active", "Const", "Duplicated", "UnsupportedError", "cache_info",
+           "build_report"]
+__version__ = "0.1.0"

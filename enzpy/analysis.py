@@ -1,0 +1,144 @@
+"""Analyses on the IR model: control flow, loops and activity.
+
+Activity (as in Enzyme): a value is *active* iff it is *varied* (depends on an
+active input) and *useful* (influences an active output or active memory).
+Integers are never active. A pointer is *shadowed* when it points to memory
+that carries derivatives: a Duplicated argument or a float-holding alloca.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+
+import networkx as nx
+
+from .ir import Function, contains_float
+
+# Instructions whose result is a pointer into the same object as an operand.
+POINTER_PROPAGATING = ("getelementptr", "bitcast", "addrspacecast", "phi", "select", "freeze")
+
+
+class ControlFlow:
+    def __init__(self, fn: Function):
+        self.fn = fn
+        self.graph = nx.DiGraph()
+        self.graph.add_nodes_from(b.name for b in fn.blocks)
+        # Predecessor edges in order, one per CFG edge (a switch may have two
+        # edges to the same block; they share one index).
+        self.pred_edges = {b.name: [] for b in fn.blocks}
+        for b in fn.blocks:
+            for succ in b.successors:
+                self.graph.add_edge(b.name, succ)
+                self.pred_edges[succ].append(b.name)
+
+    def preds(self, block: str) -> list:
+        """Distinct predecessors, in a fixed order."""
+        return list(dict.fromkeys(self.pred_edges[block]))
+
+    @cached_property
+    def loop_blocks(self) -> set:
+        """Blocks that may run more than once per call."""
+        inside = set()
+        for scc in nx.strongly_connected_components(self.graph):
+            if len(scc) > 1:
+                inside |= scc
+            else:
+                (node,) = scc
+                if self.graph.has_edge(node, node):
+                    inside.add(node)
+        return inside
+
+    @cached_property
+    def exits(self) -> list:
+        return [b.name for b in self.fn.blocks if b.terminator.opcode == "ret"]
+
+
+class Activity:
+    """Activity of every value of ``fn`` for the given argument activities.
+
+    ``arg_activity`` holds one of 'active' (float scalar), 'dup' (pointer with a
+    shadow) or 'const' per argument. ``callee_is_differentiable(name)`` says
+    whether a call target carries derivatives through its arguments.
+    """
+
+    def __init__(self, fn: Function, arg_activity, call_propagates):
+        self.fn = fn
+        self.shadowed = set()
+        self.varied = set()
+        for arg, act in zip(fn.args, arg_activity):
+            if act == "dup":
+                self.shadowed.add(arg.name)
+            elif act == "active":
+                self.varied.add(arg.name)
+        self._call_propagates = call_propagates
+        self._forward()
+        self.useful = self._backward()
+        self.active = self.varied & self.useful
+
+    def is_active(self, value) -> bool:
+        return value.kind in ("inst", "arg") and value.name in self.active
+
+    def is_shadowed(self, value) -> bool:
+        return value.kind in ("inst", "arg") and value.name in self.shadowed
+
+    def _forward(self):
+        changed = True
+        while changed:
+            changed = False
+            for b in self.fn.blocks:
+                for ins in b.instructions:
+                    if not ins.name:
+                        continue
+                    if ins.name not in self.shadowed and self._shadows(ins):
+                        self.shadowed.add(ins.name)
+                        changed = True
+                    if ins.name not in self.varied and self._varies(ins):
+                        self.varied.add(ins.name)
+                        changed = True
+
+    def _shadows(self, ins) -> bool:
+        if ins.type != "ptr":
+            return False
+        if ins.opcode == "alloca":
+            return contains_float(ins.source_type)
+        if ins.opcode in POINTER_PROPAGATING:
+            ops = [v for v, _ in ins.incoming] if ins.opcode == "phi" else ins.operands
+            return any(o.name in self.shadowed for o in ops if o.kind in ("inst", "arg"))
+        return False
+
+    def _varies(self, ins) -> bool:
+        if not contains_float(ins.type):
+            return False
+        if ins.opcode == "load":
+            return ins.operands[0].name in self.shadowed
+        if ins.opcode == "call":
+            return self._call_propagates(ins) and any(
+                o.name in self.varied for o in ins.args if o.kind in ("inst", "arg"))
+        ops = [v for v, _ in ins.incoming] if ins.opcode == "phi" else ins.operands
+        return any(o.name in self.varied for o in ops if o.kind in ("inst", "arg"))
+
+    def _backward(self) -> set:
+        useful = set()
+        work = []
+
+        def mark(value):
+            if value.kind in ("inst", "arg") and value.name in self.varied \
+                    and value.name not in useful:
+                useful.add(value.name)
+                work.append(value.name)
+
+        for b in self.fn.blocks:
+            for ins in b.instructions:
+                if ins.opcode == "store" and ins.operands[1].name in self.shadowed:
+                    mark(ins.operands[0])
+                elif ins.opcode == "call" and any(
+                        o.name in self.shadowed for o in ins.args if o.kind in ("inst", "arg")):
+                    for o in ins.args:
+                        mark(o)
+        while work:
+            ins = self.fn.defs.get(work.pop())
+            if ins is None or ins.opcode == "load":
+                continue
+            ops = [v for v, _ in ins.incoming] if ins.opcode == "phi" else ins.args
+            for o in ops:
+                mark(o)
+        return useful

@@ -1,0 +1,266 @@
+"""The public API: ``autodiff`` with Enzyme.jl's modes and annotations."""
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+from numba import types
+from numba.core.compiler_lock import global_compiler_lock
+from numba.core.registry import cpu_target
+
+from . import backend, frontend
+from .cache import STATS, ModuleBuilder, entry_function
+from .errors import UnsupportedError
+from .ir import read_module
+
+log = logging.getLogger("enzpy")
+
+
+# -- modes and annotations -----------------------------------------------------
+class Mode:
+    def __init__(self, name, reverse, with_primal):
+        self.name, self.reverse, self.with_primal = name, reverse, with_primal
+
+    def __repr__(self):
+        return self.name
+
+
+Reverse = Mode("Reverse", True, False)
+ReverseWithPrimal = Mode("ReverseWithPrimal", True, True)
+Forward = Mode("Forward", False, False)
+ForwardWithPrimal = Mode("ForwardWithPrimal", False, True)
+
+
+class Annotation:
+    __slots__ = ("val",)
+
+    def __init__(self, val):
+        self.val = val
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.val!r})"
+
+
+class Active(Annotation):
+    """A float scalar whose adjoint ``autodiff`` returns."""
+
+
+class Const(Annotation):
+    """An argument that is not differentiated."""
+
+
+class Duplicated(Annotation):
+    """An array ``val`` with its shadow ``dval``; the shadow accumulates (``dval +=``)."""
+    __slots__ = ("dval",)
+
+    def __init__(self, val, dval):
+        super().__init__(val)
+        self.dval = dval
+
+    def __repr__(self):
+        return f"Duplicated({self.val!r}, {self.dval!r})"
+
+
+# -- build reports -------------------------------------------------------------
+@dataclass
+class BuildReport:
+    function: str
+    signature: str
+    timings: dict = field(default_factory=dict)   # stage -> seconds
+    primal_instructions: int = 0
+    derivative_functions: int = 0
+    module_bytes: int = 0
+
+    @property
+    def total(self):
+        return sum(v for k, v in self.timings.items() if k != "numba_compile")
+
+    def __str__(self):
+        stages = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.timings.items())
+        return (f"{self.function}{self.signature}: {stages}; "
+                f"{self.primal_instructions} primal instructions, "
+                f"{self.derivative_functions} derivative functions")
+
+
+class _Stopwatch:
+    def __init__(self, report):
+        self.report = report
+
+    def stage(self, name):
+        watch = self
+
+        class _Stage:
+            def __enter__(self):
+                self.t = time.perf_counter()
+
+            def __exit__(self, *exc):
+                watch.report.timings[name] = time.perf_counter() - self.t
+        return _Stage()
+
+
+# -- the entry cache -------------------------------------------------------------
+class _Entry:
+    __slots__ = ("call", "active_positions", "report", "return_active")
+
+    def __init__(self, call, active_positions, report, return_active):
+        self.call = call
+        self.active_positions = active_positions
+        self.report = report
+        self.return_active = return_active
+
+
+_entries: dict = {}
+_jitted: dict = {}
+_build_lock = threading.RLock()
+_reports: dict = {}
+
+
+def _dispatcher(f):
+    if isinstance(f, numba.core.dispatcher.Dispatcher):
+        return f
+    if not callable(f):
+        raise TypeError(f"autodiff expects a function, got {type(f).__name__}")
+    disp = _jitted.get(f)
+    if disp is None:
+        disp = _jitted[f] = numba.njit(f)
+    return disp
+
+
+def _annotate(arg):
+    return arg if isinstance(arg, Annotation) else Const(arg)
+
+
+def _check_args(disp, annotated):
+    try:
+        inspect.signature(disp.py_func).bind(*annotated)
+    except TypeError as exc:
+        raise TypeError(f"{disp.py_func.__qualname__}: {exc}") from None
+    for i, a in enumerate(annotated):
+        if isinstance(a, Active):
+            if isinstance(a.val, np.ndarray):
+                raise TypeError(f"argument {i}: Active expects a float scalar, got an array; "
+                                f"use Duplicated(x, dx) for arrays")
+            if not isinstance(a.val, (float, np.floating)) or isinstance(a.val, np.float16):
+                raise TypeError(f"argument {i}: Active expects a float scalar "
+                                f"(float, numpy.float32 or numpy.float64), got "
+                                f"{type(a.val).__name__}")
+        elif isinstance(a, Duplicated):
+            if not isinstance(a.val, np.ndarray):
+                raise TypeError(f"argument {i}: Duplicated expects a numpy array and its "
+                                f"shadow, got {type(a.val).__name__}; use Active for scalars")
+            raise UnsupportedError(f"argument {i}: Duplicated arrays are not supported yet")
+
+
+def autodiff(mode, f, *args):
+    """Differentiate ``f`` at ``args`` (each ``Active``, ``Const`` or ``Duplicated``).
+
+    ``Reverse``: ``((d1, d2, ...),)`` with ``None`` for non-Active arguments;
+    ``ReverseWithPrimal``: ``((d1, ...), primal)``.
+    """
+    if not isinstance(mode, Mode):
+        raise TypeError(f"autodiff: the first argument must be a mode (Reverse, "
+                        f"ReverseWithPrimal, Forward, ForwardWithPrimal), got {mode!r}")
+    if not mode.reverse:
+        raise UnsupportedError(f"{mode.name} mode is not implemented yet; use Reverse")
+    disp = _dispatcher(f)
+    annotated = [_annotate(a) for a in args]
+    for a in args:
+        if isinstance(a, type) and issubclass(a, Annotation):
+            raise TypeError(f"annotation {a.__name__} must wrap a value, e.g. {a.__name__}(x)")
+    key = (disp, tuple((type(a), numba.typeof(a.val)) for a in annotated))
+    entry = _entries.get(key)
+    if entry is None:
+        _check_args(disp, annotated)
+        entry = _build(disp, annotated, key)
+        with STATS.lock:
+            STATS.misses += 1
+    else:
+        with STATS.lock:
+            STATS.hits += 1
+    out = entry.call(*[a.val for a in annotated])
+    n = len(entry.active_positions)
+    grads = [None] * len(annotated)
+    for pos, value in zip(entry.active_positions, out[:n]):
+        grads[pos] = value
+    grads = tuple(grads)
+    return (grads, out[n]) if mode.with_primal else (grads,)
+
+
+def _build(disp, annotated, key) -> _Entry:
+    with _build_lock, global_compiler_lock:
+        if key in _entries:
+            return _entries[key]
+        argtypes = tuple(t for _, t in key[1])
+        report = BuildReport(disp.py_func.__qualname__, str(argtypes))
+        watch = _Stopwatch(report)
+        with watch.stage("numba_compile"):
+            low = frontend.lower(disp, argtypes)
+        restype = low.restype
+        return_active = isinstance(restype, types.Float)
+        if not (return_active or isinstance(restype, (types.Integer, types.Boolean))
+                or restype == types.none):
+            raise UnsupportedError(f"function '{low.name}' returns {restype}; enzpy "
+                                   f"differentiates functions returning a scalar or None")
+        with watch.stage("capture"):
+            module, lowered = frontend.collect_module(low)
+        with watch.stage("cleanup"):
+            frontend.cleanup(module)
+        with watch.stage("read_ir"):
+            model = read_module(module)
+        report.primal_instructions = sum(
+            len(b.instructions) for fn in model.functions.values() for b in fn.blocks)
+        activity = ["dup" if return_active else "const", "const"]
+        ctx = cpu_target.target_context
+        for a, ty in zip(annotated, argtypes):
+            width = len(ctx.get_arg_packer([ty]).argument_types)
+            if isinstance(a, Active):
+                activity.append("active")
+            else:
+                activity.extend(["const"] * width)
+        with watch.stage("reverse"):
+            builder = ModuleBuilder(model, lowered)
+            root = builder.build(low.symbol, activity)
+            entry_name = f"enzpy.entry.{next(backend._ids)}.{low.symbol}"
+            ret_slot = _return_slot_type(ctx, restype)
+            text = builder.module_text(entry_function(entry_name, root, ret_slot, return_active))
+        report.derivative_functions = 2 * len(builder.derivatives)
+        report.module_bytes = len(text)
+        with watch.stage("codegen"):
+            library = backend.compile_library(text, entry_name, ctx.codegen())
+        with watch.stage("wrap"):
+            adjoint_types = [ty for a, ty in zip(annotated, argtypes) if isinstance(a, Active)]
+            call = backend.numba_entry(library, entry_name, argtypes, adjoint_types, restype)
+        positions = [i for i, a in enumerate(annotated) if isinstance(a, Active)]
+        entry = _Entry(call, positions, report, return_active)
+        _entries[key] = entry
+        _reports.setdefault(disp.py_func, []).append(report)
+        log.info("built %s", report)
+        return entry
+
+
+def _return_slot_type(ctx, restype) -> str:
+    if restype == types.none:
+        return "i8"
+    return str(ctx.data_model_manager[restype].get_return_type())
+
+
+def build_report(f):
+    """The build reports (per-stage timings, IR sizes) of ``f``'s derivatives."""
+    fn = f.py_func if isinstance(f, numba.core.dispatcher.Dispatcher) else f
+    return list(_reports.get(fn, []))
+
+
+def cache_info() -> dict:
+    with STATS.lock:
+        return {
+            "entries": len(_entries),
+            "derivative_functions": STATS.derivative_functions,
+            "distinct_keys": len(STATS.keys),
+            "hits": STATS.hits,
+            "misses": STATS.misses,
+        }

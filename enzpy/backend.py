@@ -1,0 +1,82 @@
+"""Backend: optimize and JIT the derivative module through Numba's codegen.
+
+The module is added to a Numba code library, so Numba's runtime and math
+symbols resolve and Numba's optimizer (O3, vectorization) runs on the
+derivative. The entry point is then wrapped as an ``@njit`` function through an
+intrinsic, so one call from Python is one Numba dispatch, exceptions raised in
+the primal propagate with their type and message, and the derivative can be
+called from other ``@njit`` code.
+"""
+from __future__ import annotations
+
+import itertools
+
+from llvmlite import binding as llvm
+from llvmlite import ir as llir
+from numba import njit, types
+from numba.core import cgutils
+from numba.core.callconv import excinfo_t
+from numba.extending import intrinsic
+
+from .ir import parse
+
+_ids = itertools.count()
+
+
+def compile_library(text: str, entry: str, codegen):
+    """Parse, verify, internalize and JIT-compile ``text``; return the library."""
+    module = parse(text)
+    for fn in module.functions:
+        if not fn.is_declaration and fn.name != entry:
+            fn.linkage = llvm.Linkage.internal
+    library = codegen.create_library(f"enzpy.{entry}")
+    library.add_llvm_module(module)
+    library.finalize()
+    return library
+
+
+def numba_entry(library, entry: str, argtypes, adjoint_types, restype):
+    """An ``@njit`` function ``f(*args) -> (adjoints..., primal, peak tape bytes)``."""
+    primal_type = restype if restype != types.none else types.none
+    result = types.Tuple(tuple(adjoint_types) + (primal_type, types.int64))
+
+    def typer(typingctx, args):
+        def codegen(context, builder, sig, llargs):
+            context.active_code_library.add_linking_library(library)
+            flat = list(context.call_conv._get_arg_packer(sig.args).as_arguments(builder, llargs))
+            adj_ll = [context.get_value_type(t) for t in adjoint_types]
+            if restype == types.none:
+                ret_ll = llir.IntType(8)
+            else:
+                ret_ll = context.data_model_manager[restype].get_return_type()
+            out_ty = llir.LiteralStructType(adj_ll + [ret_ll, llir.IntType(64)])
+            fnty = llir.FunctionType(llir.IntType(32), [llir.PointerType(out_ty),
+                                                        llir.PointerType(llir.PointerType(excinfo_t))]
+                                     + [a.type for a in flat])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, entry)
+            out = cgutils.alloca_once(builder, out_ty)
+            excinfo = cgutils.alloca_once(builder, llir.PointerType(excinfo_t))
+            code = builder.call(fn, [out, excinfo] + flat)
+            status = context.call_conv._get_return_status(builder, code, builder.load(excinfo))
+            with cgutils.if_unlikely(builder, status.is_error):
+                context.call_conv.return_status_propagate(builder, status)
+            packed = builder.load(out)
+            values = [builder.extract_value(packed, i) for i in range(len(adj_ll))]
+            raw = builder.extract_value(packed, len(adj_ll))
+            if restype == types.none:
+                values.append(context.get_dummy_value())
+            else:
+                values.append(context.data_model_manager[restype].from_return(builder, raw))
+            values.append(builder.extract_value(packed, len(adj_ll) + 1))
+            return context.make_tuple(builder, result, values)
+        return result(*args), codegen
+
+    # Numba intrinsics need a fixed arity: write the two small wrappers out.
+    names = ", ".join(f"a{i}" for i in range(len(argtypes)))
+    namespace = {"typer": typer, "intrinsic": intrinsic}
+    exec(f"def call_typer(typingctx{', ' if names else ''}{names}):\n"
+         f"    return typer(typingctx, ({names}{',' if names else ''}))\n"
+         f"call = intrinsic(call_typer)\n"
+         f"def entry({names}):\n    return call({names})\n", namespace)
+    dispatcher = njit(result(*argtypes), cache=False)(namespace["entry"])
+    return dispatcher

@@ -1,0 +1,173 @@
+"""The memoized derivative cache and the assembly of one derivative module.
+
+Within a build every (function symbol, argument activity) gets exactly one
+aug/rev pair: the entry is made *before* its body is written, so a recursive
+call (self or mutual) finds it and calls it. Bodies are written from a work
+list, so deep call graphs never recurse in Python.
+"""
+from __future__ import annotations
+
+import re
+import threading
+
+from . import rules
+from .errors import UnsupportedError
+from .ir import local
+from .reverse import FunctionDerivative, ReverseGenerator
+from .tape import FREE, RUNTIME, TAPE_TYPE
+
+_BLOCK_LABEL = re.compile(r"^B(\d+)")
+
+
+class Stats:
+    """Process-wide counters, shown by ``enzpy.cache_info()``."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.derivative_functions = 0
+        self.keys = set()
+        self.hits = 0
+        self.misses = 0
+        self.builds = []
+
+
+STATS = Stats()
+
+
+class ModuleBuilder:
+    """Writes every aug/rev pair one root derivative needs, into one module."""
+
+    def __init__(self, module, lowered):
+        self.module = module
+        self.lowered = lowered            # symbol -> frontend.Lowered
+        self.derivatives = {}             # (symbol, activity) -> FunctionDerivative
+        self.declarations = {}
+        self.texts = []
+        self._pending = []
+        self._lines = {}
+
+    # -- queries from the generators ------------------------------------------
+    def call_propagates(self, ins) -> bool:
+        """Whether a call's float result depends on its float arguments."""
+        if rules.INACTIVE_CALLS.match(ins.callee):
+            return False
+        return True
+
+    def derivative(self, symbol, activity) -> FunctionDerivative:
+        key = (symbol, tuple(activity))
+        found = self.derivatives.get(key)
+        if found is None:
+            fn = self.module.functions.get(symbol)
+            if fn is None:
+                raise UnsupportedError(f"the IR of called function '{symbol}' is not available")
+            found = FunctionDerivative(fn, activity, len(self.derivatives))
+            self.derivatives[key] = found
+            self._pending.append(found)
+        return found
+
+    def declare_derivative(self, deriv):
+        """Calls go to functions of this same module: nothing to declare."""
+
+    def describe(self, symbol, block) -> str:
+        low = self.lowered.get(symbol)
+        name = low.name if low is not None else symbol
+        text = f" in function '{name}'"
+        if low is not None:
+            if symbol not in self._lines:
+                self._lines[symbol] = low.source_lines()
+            m = _BLOCK_LABEL.match(block or "")
+            line = self._lines[symbol].get(f"B{m.group(1)}") if m else None
+            if line is not None:
+                text += f" (near line {line})"
+        return text
+
+    # -- building -------------------------------------------------------------
+    def build(self, symbol, activity) -> FunctionDerivative:
+        root = self.derivative(symbol, activity)
+        while self._pending:
+            deriv = self._pending.pop()
+            self.texts.append(ReverseGenerator(self, deriv, self.describe).generate())
+        with STATS.lock:
+            for key in self.derivatives:
+                STATS.keys.add(key)
+            STATS.derivative_functions += len(self.derivatives)
+        return root
+
+    def module_text(self, entry: str) -> str:
+        """The primal module plus the generated functions, as one IR text."""
+        primal = self.module.text
+        # Numba fills each function's environment pointer at run time; refer to
+        # the one it set instead of defining a fresh, empty one.
+        primal = re.sub(r"^(@\S+) = common global ptr null", r"\1 = external global ptr",
+                        primal, flags=re.M)
+        existing = set(self.module.functions) | set(self.module.declarations)
+        for d in self.derivatives.values():
+            existing |= {d.aug_name, d.rev_name}
+        decls = [text for name, text in self.declarations.items()
+                 if name not in existing and name not in _RUNTIME_NAMES]
+        return "\n".join([primal, RUNTIME, *decls, *self.texts, entry])
+
+
+_RUNTIME_NAMES = {"realloc", "free", "calloc", "enzpy.tape.grow", "enzpy.tape.reserve",
+                  "enzpy.tape.release", "enzpy.tape.free"}
+
+
+def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active) -> str:
+    """``i32 name(ptr out, ptr excinfo, args...)``: forward, seed, reverse, free.
+
+    ``out`` receives ``{ adjoints..., primal, i64 peak tape bytes }``.
+    """
+    fn = root.fn
+    user = fn.args[2:]
+    params = ", ".join(f"{a.type} {local(a.name)}" for a in user)
+    args = [f"ptr %ret", "ptr %excinfo"] + [f"{a.type} {local(a.name)}" for a in user]
+    if return_active:
+        args.append("ptr %shadow.ret")
+    args.append("ptr %tape")
+    argtext = ", ".join(args)
+    adj_types = [a.type for a in root.adjoint_args]
+    out_type = "{ " + ", ".join(adj_types + [ret_slot_type, "i64"]) + " }"
+    lines = [
+        f"define i32 @\"{name}\"(ptr %out, ptr %excinfo{', ' if params else ''}{params}) {{",
+        "entry:",
+        f"  %tape = alloca {TAPE_TYPE}",
+        f"  store {TAPE_TYPE} zeroinitializer, ptr %tape",
+        f"  %ret = alloca {ret_slot_type}",
+        f"  store {ret_slot_type} zeroinitializer, ptr %ret",
+        f"  %shadow.ret = alloca {ret_slot_type}",
+        f"  store {ret_slot_type} zeroinitializer, ptr %shadow.ret",
+        f"  %status = call i32 @\"{root.aug_name}\"({argtext})",
+        "  %is_ok = icmp eq i32 %status, 0",
+        "  %is_none = icmp eq i32 %status, -2",
+        "  %ok = or i1 %is_ok, %is_none",
+        "  br i1 %ok, label %reverse, label %failed",
+        "failed:",
+        f"  call void @{FREE}(ptr %tape)",
+        "  ret i32 %status",
+        "reverse:",
+    ]
+    if return_active:
+        lines.append(f"  store {ret_slot_type} 1.0, ptr %shadow.ret")
+    if adj_types:
+        lines.append(f"  %adj = call {root.rev_type} @\"{root.rev_name}\"({argtext})")
+    else:
+        lines.append(f"  call void @\"{root.rev_name}\"({argtext})")
+    lines.append(f"  %primal = load {ret_slot_type}, ptr %ret")
+    lines.append("  %peakp = getelementptr inbounds " + TAPE_TYPE + ", ptr %tape, i32 0, i32 3")
+    lines.append("  %peak = load i64, ptr %peakp")
+    agg = "undef"
+    fields = [(f"%a{i}", t, f"  %a{i} = extractvalue {root.rev_type} %adj, {i}")
+              for i, t in enumerate(adj_types)]
+    fields += [("%primal", ret_slot_type, None), ("%peak", "i64", None)]
+    for i, (ref, ty, pre) in enumerate(fields):
+        if pre:
+            lines.append(pre)
+        lines.append(f"  %o{i} = insertvalue {out_type} {agg}, {ty} {ref}, {i}")
+        agg = f"%o{i}"
+    lines += [
+        f"  store {out_type} {agg}, ptr %out",
+        f"  call void @{FREE}(ptr %tape)",
+        "  ret i32 0",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"

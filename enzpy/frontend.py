@@ -1,0 +1,211 @@
+"""Lowering: Numba compiles the function; enzpy captures its raw LLVM IR.
+
+Numba hands every freshly lowered IR module to ``CodeLibrary.add_ir_module``
+before its own optimizer runs; a hook installed when enzpy is imported records
+that text per defined symbol. A function compiled before the hook existed (or
+loaded from Numba's on-disk cache) is compiled once more through the same
+lowering, with Numba's cache of internal helpers set aside so that helpers such
+as ``int_power`` are lowered again too. The captured modules of a function and
+of every Numba function it calls are linked into one module and cleaned up with
+a light pipeline (SROA, instcombine, CFG simplification, GVN; never unrolling or
+vectorizing), so enzpy differentiates small, clean IR.
+"""
+from __future__ import annotations
+
+import re
+import threading
+
+from llvmlite import binding as llvm
+from numba.core import codegen, compiler, types
+from numba.core import cgutils
+
+from .errors import UnsupportedError
+
+_lock = threading.RLock()
+_raw_ir: dict = {}            # mangled symbol -> IR text of the module defining it
+_WRAPPER_PREFIXES = ("cpython.", "cfunc.")
+
+
+def _record(ir_module):
+    defined = [fn.name for fn in ir_module.functions if not fn.is_declaration]
+    defined = [n for n in defined if not n.startswith(_WRAPPER_PREFIXES)]
+    if defined:
+        text = str(ir_module)
+        with _lock:
+            for name in defined:
+                _raw_ir[name] = text
+
+
+def _install_hook():
+    original = codegen.CPUCodeLibrary.add_ir_module
+    if getattr(original, "_enzpy_hook", False):
+        return
+
+    def add_ir_module(self, ir_module):
+        _record(ir_module)
+        return original(self, ir_module)
+
+    add_ir_module._enzpy_hook = True
+    codegen.CPUCodeLibrary.add_ir_module = add_ir_module
+
+
+_install_hook()
+
+
+def _compile_again(dispatcher, argtypes, symbol):
+    """Lower ``dispatcher.py_func`` once more to capture its raw IR."""
+    flags = compiler.Flags()
+    flags.no_cpython_wrapper = True
+    flags.no_cfunc_wrapper = True
+    flags.nrt = True
+    ctx = dispatcher.targetctx
+    saved = ctx.cached_internal_func
+    ctx.cached_internal_func = {}
+    try:
+        cres = compiler.compile_extra(dispatcher.typingctx, ctx, dispatcher.py_func,
+                                      tuple(argtypes), None, flags, {})
+    finally:
+        ctx.cached_internal_func = saved
+    new = cres.fndesc.mangled_name
+    with _lock:
+        text = _raw_ir[new]
+        # Keep the symbol the rest of the program (and recursion) refers to.
+        _raw_ir[symbol] = text.replace(new, symbol)
+        return _raw_ir[symbol]
+
+
+class Lowered:
+    """A function's Numba compile result and the facts enzpy needs from it."""
+
+    def __init__(self, dispatcher, argtypes):
+        self.dispatcher = dispatcher
+        self.argtypes = tuple(argtypes)
+        self.cres = dispatcher.overloads[self.argtypes]
+        self.symbol = self.cres.fndesc.mangled_name
+        self.restype = self.cres.signature.return_type
+        self.name = getattr(dispatcher.py_func, "__qualname__", self.symbol)
+
+    def source_lines(self):
+        """Map Numba block labels (``B54`` in IR) to Python source lines."""
+        try:
+            blocks = self.cres.type_annotation.func_ir.blocks
+        except AttributeError:
+            return {}
+        return {f"B{label}": blk.loc.line for label, blk in blocks.items()}
+
+    def callees(self):
+        """(dispatcher, argtypes) of the Numba functions this one calls."""
+        found = []
+        typemap = self.cres.fndesc.typemap
+        for expr, sig in self.cres.fndesc.calltypes.items():
+            func = expr._kws.get("func") if hasattr(expr, "_kws") else None
+            fnty = typemap.get(getattr(func, "name", ""), None)
+            if isinstance(fnty, types.Dispatcher):
+                found.append((fnty.dispatcher, sig.args))
+            elif isinstance(fnty, types.Function):
+                for template in fnty.templates:
+                    for disp_args in getattr(template, "_impl_cache", {}).values():
+                        if isinstance(disp_args, tuple) and disp_args and \
+                                hasattr(disp_args[0], "overloads"):
+                            disp = disp_args[0]
+                            if tuple(sig.args) in disp.overloads:
+                                found.append((disp, tuple(sig.args)))
+        return found
+
+
+def lower(dispatcher, argtypes) -> Lowered:
+    argtypes = tuple(argtypes)
+    if argtypes not in dispatcher.overloads:
+        dispatcher.compile(argtypes)
+    return Lowered(dispatcher, argtypes)
+
+
+def _raw_text(lowered: Lowered) -> str:
+    with _lock:
+        text = _raw_ir.get(lowered.symbol)
+    if text is None:
+        text = _compile_again(lowered.dispatcher, lowered.argtypes, lowered.symbol)
+    return text
+
+
+_INTRINSIC_OR_RUNTIME = re.compile(r"^(llvm\.|NRT_|numba_|Py|_Py)")
+
+
+def collect_module(root: Lowered):
+    """Link the raw IR of ``root`` and of every Numba function it reaches.
+
+    Returns (module, lowered-by-symbol).
+    """
+    lowered = {root.symbol: root}
+    pending = [root]
+    while pending:
+        for disp, args in pending.pop().callees():
+            low = lower(disp, args)
+            if low.symbol not in lowered:
+                lowered[low.symbol] = low
+                pending.append(low)
+
+    module = llvm.parse_assembly(cgutils.normalize_ir_text(_raw_text(root)))
+    linked = {root.symbol}
+    while True:
+        missing = [fn.name for fn in module.functions
+                   if fn.is_declaration and fn.name not in linked
+                   and not _INTRINSIC_OR_RUNTIME.match(fn.name)]
+        added = False
+        for name in missing:
+            linked.add(name)
+            text = _raw_ir.get(name)
+            if text is None and name in lowered:
+                text = _raw_text(lowered[name])
+            if text is None:
+                continue     # an external symbol: rules decide about it later
+            other = llvm.parse_assembly(cgutils.normalize_ir_text(text))
+            for fn in other.functions:
+                if not fn.is_declaration:
+                    linked.add(fn.name)
+            _drop_duplicate_definitions(other, module)
+            module.link_in(other)
+            added = True
+        if not added:
+            break
+    return module, lowered
+
+
+def _drop_duplicate_definitions(other, module):
+    defined = {fn.name for fn in module.functions if not fn.is_declaration}
+    for fn in other.functions:
+        if not fn.is_declaration and fn.name in defined:
+            raise UnsupportedError(f"symbol {fn.name} is defined twice in the linked IR")
+
+
+def _target_machine():
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(opt=2, reloc="default", codemodel="jitdefault")
+
+
+_tm = None
+
+
+def cleanup(module):
+    """The light pre-AD pipeline: small, clean, never unrolled IR."""
+    global _tm
+    if _tm is None:
+        _tm = _target_machine()
+    pto = llvm.PipelineTuningOptions(speed_level=1)
+    pto.loop_unrolling = False
+    pto.loop_vectorization = False
+    pto.slp_vectorization = False
+    pb = llvm.create_pass_builder(_tm, pto)
+    mpm = llvm.create_new_module_pass_manager()
+    mpm.add_sroa_pass()
+    mpm.add_instruction_combine_pass()
+    mpm.add_simplify_cfg_pass()
+    mpm.add_sroa_pass()
+    mpm.add_new_gvn_pass()
+    mpm.add_sccp_pass()
+    mpm.add_instruction_combine_pass()
+    mpm.add_simplify_cfg_pass()
+    mpm.add_dead_code_elimination_pass()
+    mpm.add_instruction_namer_pass()
+    mpm.run(module, pb)
+    return module

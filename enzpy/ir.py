@@ -1,0 +1,207 @@
+"""A small Python model of LLVM IR, read from ``llvmlite.binding``.
+
+This is the only module that knows llvmlite's binding quirks: operand order of
+``br``/``switch``, details that only the instruction text carries (predicates,
+aggregate indices, allocated types, switch case values) and how constants print.
+Everything downstream works on these plain objects.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from llvmlite import binding as llvm
+
+FLOAT_TYPES = ("double", "float", "half")
+
+
+def quote(name: str) -> str:
+    """An IR identifier for ``name`` (always quoted, so any name is valid)."""
+    return '"' + name.replace('"', r'\22') + '"'
+
+
+def local(name: str) -> str:
+    return "%" + quote(name)
+
+
+def is_float_type(ty: str) -> bool:
+    return ty in FLOAT_TYPES
+
+
+def contains_float(ty: str) -> bool:
+    """True for float scalars and aggregates/vectors holding floats."""
+    return any(re.search(r"\b%s\b" % t, ty) for t in FLOAT_TYPES)
+
+
+@dataclass(frozen=True)
+class Value:
+    """An operand: ``ref`` is its text in IR (``%"x"``, ``1.0``, ``@g``)."""
+    ref: str
+    type: str
+    kind: str                  # 'inst', 'arg', 'const', 'global', 'block'
+    name: str = ""
+
+    @property
+    def is_const(self) -> bool:
+        return self.kind in ("const", "global")
+
+    def typed(self) -> str:
+        return f"{self.type} {self.ref}"
+
+
+@dataclass
+class Instruction:
+    name: str                  # '' for instructions without a result
+    opcode: str
+    type: str
+    operands: list
+    text: str
+    block: "Block" = None
+    # Details the binding does not expose, parsed from the text:
+    predicate: str = ""        # fcmp / icmp
+    indices: tuple = ()        # extractvalue / insertvalue
+    source_type: str = ""      # getelementptr / alloca / load result type
+    callee: str = ""           # call: name of the called function ('' if indirect)
+    incoming: list = field(default_factory=list)   # phi: [(Value, block name)]
+    targets: list = field(default_factory=list)    # br / switch: successor block names
+    cases: list = field(default_factory=list)      # switch: [(const text, block)]
+
+    @property
+    def value(self) -> Value:
+        return Value(local(self.name), self.type, "inst", self.name)
+
+    @property
+    def args(self) -> list:
+        """Call arguments (the callee operand removed)."""
+        return self.operands[:-1] if self.opcode == "call" else self.operands
+
+
+@dataclass
+class Block:
+    name: str
+    instructions: list
+    function: "Function" = None
+
+    @property
+    def terminator(self) -> Instruction:
+        return self.instructions[-1]
+
+    @property
+    def successors(self) -> list:
+        return self.terminator.targets
+
+
+@dataclass
+class Function:
+    name: str
+    return_type: str
+    args: list                 # [Value]
+    blocks: list
+    attributes: str = ""
+
+    def __post_init__(self):
+        self.block_map = {b.name: b for b in self.blocks}
+        self.defs = {}
+        for b in self.blocks:
+            b.function = self
+            for ins in b.instructions:
+                ins.block = b
+                if ins.name:
+                    self.defs[ins.name] = ins
+
+    @property
+    def entry(self) -> Block:
+        return self.blocks[0]
+
+
+@dataclass
+class Module:
+    functions: dict            # name -> Function (definitions only)
+    declarations: dict         # name -> function type text of declared-only functions
+    text: str                  # the module as IR text
+
+
+_CALL_RE = re.compile(r'call\s.*?@("(?:[^"\\]|\\.)*"|[-\w.$]+)\s*\(')
+_PRED_RE = re.compile(r"^\s*(?:%\S+\s*=\s*)?[fi]cmp\s+(?:\w+\s+)*?(oeq|ogt|oge|olt|ole|one|ord|ueq|ugt|uge|ult|ule|une|uno|true|false|eq|ne|sgt|sge|slt|sle)\b")
+_AGG_IDX_RE = re.compile(r"((?:,\s*\d+)+)\s*(?:,\s*!.*)?$")
+_GEP_RE = re.compile(r"getelementptr\s+(?:inbounds\s+|nuw\s+|nusw\s+|inrange\(\S+\)\s+)*(.+?),\s*ptr\b")
+_ALLOCA_RE = re.compile(r"alloca\s+(?:inalloca\s+)?(.+?)(?:,\s*(?:align|i\d+)\b.*)?$")
+_CASE_RE = re.compile(r"(\w+\s+-?\d+|\w+\s+true|\w+\s+false),\s*label\s+%(\"(?:[^\"\\]|\\.)*\"|[-\w.$]+)")
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1] if name.startswith('"') else name
+
+
+def read_value(op) -> Value:
+    kind = op.value_kind.name if hasattr(op.value_kind, "name") else str(op.value_kind)
+    ty = str(op.type)
+    if kind == "argument":
+        return Value(local(op.name), ty, "arg", op.name)
+    if kind == "instruction":
+        return Value(local(op.name), ty, "inst", op.name)
+    if kind == "basic_block":
+        return Value(local(op.name), "label", "block", op.name)
+    if kind in ("function", "global_variable", "global_alias"):
+        return Value("@" + quote(op.name), ty, "global", op.name)
+    text = str(op).strip()
+    if text.startswith(ty + " "):
+        text = text[len(ty) + 1:]
+    return Value(text, ty, "const")
+
+
+def read_instruction(ins) -> Instruction:
+    text = str(ins).strip()
+    operands = [read_value(o) for o in ins.operands]
+    opcode = ins.opcode
+    node = Instruction(ins.name, opcode, str(ins.type), operands, text)
+    if opcode in ("fcmp", "icmp"):
+        m = _PRED_RE.match(text)
+        node.predicate = m.group(1)
+    elif opcode in ("extractvalue", "insertvalue"):
+        m = _AGG_IDX_RE.search(text)
+        node.indices = tuple(int(x) for x in re.findall(r"\d+", m.group(1)))
+    elif opcode == "getelementptr":
+        node.source_type = _GEP_RE.search(text).group(1)
+    elif opcode == "alloca":
+        node.source_type = _ALLOCA_RE.search(text.split("=", 1)[1]).group(1).strip()
+    elif opcode == "call":
+        callee = operands[-1]
+        node.callee = callee.name if callee.kind == "global" else ""
+    elif opcode == "phi":
+        node.incoming = list(zip(operands, [b.name for b in ins.incoming_blocks]))
+    elif opcode == "br":
+        blocks = [o.name for o in operands if o.kind == "block"]
+        # A conditional branch lists (cond, false-target, true-target).
+        node.targets = blocks[::-1] if len(operands) == 3 else blocks
+    elif opcode == "switch":
+        node.targets = [o.name for o in operands if o.kind == "block"]
+        node.cases = [(c, _unquote(b)) for c, b in _CASE_RE.findall(text)]
+    return node
+
+
+def read_function(fn) -> Function:
+    ret = re.match(r"define\s+(?:[\w()]+\s+)*?([^@]+?)\s*@", str(fn).split("\n", 2)[
+        1 if str(fn).startswith(";") else 0])
+    args = [Value(local(a.name), str(a.type), "arg", a.name) for a in fn.arguments]
+    blocks = [Block(b.name, [read_instruction(i) for i in b.instructions]) for b in fn.blocks]
+    fty = str(fn.global_value_type)
+    return_type = fty.split(" (", 1)[0] if ret is None else fty.split(" (", 1)[0]
+    return Function(fn.name, return_type, args, blocks)
+
+
+def read_module(mod) -> Module:
+    functions, declarations = {}, {}
+    for fn in mod.functions:
+        if fn.is_declaration:
+            declarations[fn.name] = str(fn.global_value_type)
+        else:
+            functions[fn.name] = read_function(fn)
+    return Module(functions, declarations, str(mod))
+
+
+def parse(text: str):
+    """Parse IR text into a verified llvmlite module."""
+    mod = llvm.parse_assembly(text)
+    mod.verify()
+    return mod

@@ -1,0 +1,563 @@
+"""Reverse mode: an augmented forward and a reverse function per (function, activity).
+
+For a Numba function ``F(retptr, excinfo, args...) -> i32`` and an activity key
+(one of 'active' / 'dup' / 'const' per argument) this writes
+
+* ``aug``: ``F``'s body plus shadow pointers, which records on the tape what the
+  reverse sweep needs: per basic-block execution, the values that block's
+  reverse uses (and the predecessor it came from); per call, the values defined
+  in blocks outside loops (the *frame*), pushed once at return;
+* ``rev``: same arguments, returns the adjoints of the 'active' arguments as a
+  struct; pops the frame, then walks the blocks backwards.
+
+Cheap, pure values (integer arithmetic, casts, GEPs, ...) are recomputed from
+recorded operands instead of being recorded. Calls to other Numba functions
+call their own ``aug``/``rev``, obtained from the memoized cache, so recursion
+(self or mutual) is differentiated once per key.
+"""
+from __future__ import annotations
+
+import re
+
+from . import rules
+from .analysis import Activity, ControlFlow, POINTER_PROPAGATING
+from .emitter import Emitter
+from .errors import UnsupportedError
+from .ir import Value, contains_float, is_float_type, local
+from .tape import POP, PUSH, slot_bytes
+
+RECOMPUTABLE = {
+    "add", "sub", "mul", "shl", "lshr", "ashr", "and", "or", "xor", "udiv", "sdiv",
+    "urem", "srem", "trunc", "zext", "sext", "sitofp", "uitofp", "fptosi", "fptoui",
+    "fpext", "fptrunc", "icmp", "fcmp", "select", "getelementptr", "extractvalue",
+    "insertvalue", "bitcast", "ptrtoint", "inttoptr", "freeze",
+}
+_RECOMPUTE_DEPTH = 6
+_METADATA = re.compile(r",\s*!\w+\s+!\d+")
+
+
+def shadow_name(name: str) -> str:
+    return "~s." + name
+
+
+class Lazy(Value):
+    """A primal value fetched only if a rule actually uses it."""
+
+    def __new__(cls, resolve, ty):
+        obj = Value.__new__(cls)
+        object.__setattr__(obj, "_resolve", resolve)
+        object.__setattr__(obj, "_cache", None)
+        object.__setattr__(obj, "type", ty)
+        object.__setattr__(obj, "kind", "inst")
+        object.__setattr__(obj, "name", "")
+        return obj
+
+    def __init__(self, resolve, ty):
+        pass
+
+    @property
+    def ref(self):
+        if self._cache is None:
+            object.__setattr__(self, "_cache", self._resolve())
+        return self._cache.ref
+
+
+class FunctionDerivative:
+    """Names and signature of one (function, activity) derivative pair."""
+
+    def __init__(self, fn, activity, index):
+        self.fn = fn
+        self.activity = tuple(activity)
+        base = f"enzpy.{index}.{fn.name}"
+        self.aug_name = base + ".aug"
+        self.rev_name = base + ".rev"
+        self.adjoint_args = [a for a, act in zip(fn.args, activity) if act == "active"]
+        self.rev_type = self._struct([a.type for a in self.adjoint_args])
+        params = [f"{a.type} {local(a.name)}" for a in fn.args]
+        params += [f"ptr {local(shadow_name(a.name))}"
+                   for a, act in zip(fn.args, activity) if act == "dup"]
+        params.append('ptr %"enzpy.tape"')
+        self.params = params
+
+    @staticmethod
+    def _struct(types):
+        return "{ " + ", ".join(types) + " }" if types else "void"
+
+    def param_types(self):
+        return [p.rsplit(" ", 1)[0] for p in self.params]
+
+
+class ReverseGenerator:
+    """Writes the aug and rev functions of one FunctionDerivative."""
+
+    def __init__(self, builder, deriv: FunctionDerivative, describe):
+        self.builder = builder
+        self.d = deriv
+        self.fn = deriv.fn
+        self.describe = describe      # (function name, block name) -> "in f, line N"
+        self.cfg = ControlFlow(self.fn)
+        self.act = Activity(self.fn, deriv.activity, builder.call_propagates)
+        self.calls = {}               # instruction name / id -> callee derivative
+        self.frame = {}               # key -> type, in insertion order
+        self.pushed = {}              # block -> {key: type}
+
+    # -- entry point ---------------------------------------------------------
+    def generate(self) -> str:
+        self._check_unsupported()
+        self.planning = True
+        self._reverse_function()          # discover what the reverse needs
+        self.planning = False
+        rev = self._reverse_function()
+        aug = self._augmented_function()
+        return aug + "\n" + rev
+
+    def _where(self, ins) -> str:
+        return self.describe(self.fn.name, ins.block.name if ins.block else "")
+
+    def _check_unsupported(self):
+        for b in self.fn.blocks:
+            for ins in b.instructions:
+                if ins.opcode == "alloca" and ins.name in self.act.shadowed \
+                        and b is not self.fn.entry:
+                    raise UnsupportedError(
+                        f"alloca of float memory outside the entry block{self._where(ins)}")
+                if ins.opcode == "store" and self.act.is_active(ins.operands[0]) \
+                        and not self.act.is_shadowed(ins.operands[1]):
+                    raise UnsupportedError(
+                        f"an active value is stored to memory without a shadow "
+                        f"(`{ins.text}`){self._where(ins)}")
+                if ins.opcode == "call" and not self._is_derivative_call(ins) \
+                        and not rules.INACTIVE_CALLS.match(ins.callee) \
+                        and any(self.act.is_shadowed(a) for a in ins.args):
+                    raise UnsupportedError(
+                        f"call to '{ins.callee or 'an indirect function'}' with "
+                        f"differentiable memory{self._where(ins)}")
+
+    def _is_derivative_call(self, ins) -> bool:
+        """A call to a Numba function that must be differentiated itself."""
+        return ins.opcode == "call" and ins.callee in self.builder.module.functions and any(
+            self.act.is_shadowed(a) or self.act.is_active(a) for a in ins.args)
+
+    def _callee_activity(self, ins):
+        return tuple("dup" if self.act.is_shadowed(a) else
+                     "active" if self.act.is_active(a) and is_float_type(a.type) else "const"
+                     for a in ins.args)
+
+    def _callee(self, ins) -> FunctionDerivative:
+        key = id(ins)
+        if key not in self.calls:
+            self.calls[key] = self.builder.derivative(ins.callee, self._callee_activity(ins))
+        return self.calls[key]
+
+    # -- where the reverse gets primal values --------------------------------
+    def _storage(self, key, ins) -> str:
+        if key[0] == "p" and ins.opcode in RECOMPUTABLE:
+            return "recompute"
+        if key[0] == "s" and ins.opcode in ("getelementptr", "bitcast", "select",
+                                            "addrspacecast", "freeze"):
+            return "recompute"
+        return "push" if ins.block.name in self.cfg.loop_blocks else "frame"
+
+    def primal(self, v: Value, block, depth=0) -> Value:
+        if v.kind not in ("inst",):
+            return v
+        ins = self.fn.defs[v.name]
+        return self._fetch(("p", v.name), ins, block, depth)
+
+    def shadow(self, v: Value, block, depth=0) -> Value:
+        if v.kind == "arg":
+            return Value(local(shadow_name(v.name)), "ptr", "arg", shadow_name(v.name))
+        if v.kind != "inst" or v.name not in self.act.shadowed:
+            return Value("null", "ptr", "const")
+        return self._fetch(("s", v.name), self.fn.defs[v.name], block, depth)
+
+    def _fetch(self, key, ins, block, depth):
+        how = self._storage(key, ins)
+        if how == "recompute" and depth > _RECOMPUTE_DEPTH:
+            how = "push" if ins.block.name in self.cfg.loop_blocks else "frame"
+        ty = ins.type
+        if how == "frame":
+            self.frame.setdefault(key, ty)
+            return Value(local(f"~fr.{key[0]}.{key[1]}"), ty, "inst")
+        if how == "push":
+            self.pushed.setdefault(block, {}).setdefault(key, ty)
+            return Value(local(f"~rv.{block}.{key[0]}.{key[1]}"), ty, "inst")
+        memo = self.recomputed.get((key, block))
+        if memo is None:
+            memo = self._recompute(key, ins, block, depth + 1)
+            self.recomputed[(key, block)] = memo
+        return memo
+
+    def _recompute(self, key, ins, block, depth) -> Value:
+        e = self.e
+        if key[0] == "s":
+            return e.define("ptr", self._shadow_text(ins, lambda v: self.primal(v, block, depth),
+                                                     lambda v: self.shadow(v, block, depth)))
+        ops = [self.primal(o, block, depth) for o in ins.operands]
+        return e.define(ins.type, _rewrite(ins, ops))
+
+    # -- the reverse function --------------------------------------------------
+    def _reverse_function(self) -> str:
+        d = self.d
+        self.e = e = Emitter("~r")
+        self.recomputed = {}
+        self.adjoints = {}
+        body = Emitter("~r")
+        for b in self.fn.blocks:
+            self.e = e = Emitter(f"~r.{b.name}")
+            self.recomputed = {}
+            e.label("~rev." + b.name)
+            self._pop_block(b)
+            for ins in reversed(b.instructions[:-1]):
+                if ins.opcode != "phi":
+                    self._reverse_instruction(ins, b.name)
+            self._dispatch(b)
+            body.lines += e.lines
+            body.declarations.update(e.declarations)
+        self.e = tail = Emitter("~r.tail")
+        tail.label("~exit")
+        for ins in self.fn.entry.instructions:
+            if ins.opcode == "alloca" and ins.name in self.act.shadowed:
+                tail.call("free", "void", [self.shadow(ins.value, "~exit")])
+        if d.adjoint_args:
+            agg = Value("undef", d.rev_type, "const")
+            for i, a in enumerate(d.adjoint_args):
+                agg = tail.insert(agg, self._adjoint(a), i)
+            tail.emit(f"ret {d.rev_type} {agg.ref}")
+        else:
+            tail.emit("ret void")
+        self.e = head = Emitter("~r.head")
+        head.label("~start")
+        for name, ty in self.adjoints.items():
+            head.emit(f"{local('~adj.' + name)} = alloca {ty}")
+            head.emit(f"store {ty} {head.zero(ty).ref}, ptr {local('~adj.' + name)}")
+        self._pop_frame(head)
+        self.builder.declarations.update(body.declarations)
+        self.builder.declarations.update(head.declarations)
+        self.builder.declarations.update(tail.declarations)
+        lines = head.lines + body.lines + tail.lines
+        return (f"define internal {d.rev_type} @\"{d.rev_name}\"({', '.join(d.params)}) {{\n"
+                + "\n".join(lines) + "\n}\n")
+
+    def _pop_frame(self, e):
+        exits = self.cfg.exits
+        size = sum(slot_bytes(t) for t in self.frame.values()) + 8
+        slot = e.call(POP, "ptr", [Value('%"enzpy.tape"', "ptr", "arg"), Value(str(size), "i64", "const")])
+        offset = 0
+        for key, ty in self.frame.items():
+            e.emit(f"{local(f'~fr.{key[0]}.{key[1]}')} = load {ty}, ptr "
+                   f"{_at(e, slot, offset)}, align 8")
+            offset += slot_bytes(ty)
+        exit_id = e.define("i32", f"load i32, ptr {_at(e, slot, offset)}, align 8")
+        cases = " ".join(f"i32 {i}, label {local('~rev.' + b)}" for i, b in enumerate(exits))
+        e.emit(f"switch i32 {exit_id.ref}, label {local('~rev.' + exits[0])} [ {cases} ]")
+
+    def _pop_block(self, b):
+        e = self.e
+        pushed = self.pushed.get(b.name, {})
+        if self.planning or not (pushed or self._needs_edge(b)):
+            return
+        size = sum(slot_bytes(t) for t in pushed.values()) + (8 if self._needs_edge(b) else 0)
+        slot = e.call(POP, "ptr", [Value('%"enzpy.tape"', "ptr", "arg"), Value(str(size), "i64", "const")])
+        offset = 0
+        for key, ty in pushed.items():
+            e.emit(f"{local(f'~rv.{b.name}.{key[0]}.{key[1]}')} = load {ty}, ptr "
+                   f"{_at(e, slot, offset)}, align 8")
+            offset += slot_bytes(ty)
+        if self._needs_edge(b):
+            e.emit(f"{local(f'~edge.{b.name}')} = load i32, ptr {_at(e, slot, offset)}, align 8")
+
+    def _needs_edge(self, b) -> bool:
+        return len(self.cfg.preds(b.name)) > 1
+
+    def _dispatch(self, b):
+        e = self.e
+        preds = self.cfg.preds(b.name)
+        if not preds:
+            e.emit(f"br label {local('~exit')}")
+            return
+        phis = [i for i in b.instructions if i.opcode == "phi" and self.act.is_active(i.value)]
+        incoming_adjoints = [(phi, self._take_adjoint(phi.value)) for phi in phis]
+        if len(preds) == 1:
+            self._transfer(incoming_adjoints, preds[0])
+            e.emit(f"br label {local('~rev.' + preds[0])}")
+            return
+        targets = [f"~rev.{b.name}.from.{i}" for i in range(len(preds))]
+        cases = " ".join(f"i32 {i}, label {local(t)}" for i, t in enumerate(targets))
+        e.emit(f"switch i32 {local('~edge.' + b.name)}, label {local(targets[0])} [ {cases} ]")
+        for target, pred in zip(targets, preds):
+            e.label(target)
+            self._transfer(incoming_adjoints, pred)
+            e.emit(f"br label {local('~rev.' + pred)}")
+
+    def _transfer(self, incoming_adjoints, pred):
+        for phi, adj in incoming_adjoints:
+            for value, block in phi.incoming:
+                if block == pred:
+                    self._accumulate(value, adj)
+                    break
+
+    # -- adjoint bookkeeping ---------------------------------------------------
+    def _slot(self, v: Value) -> str:
+        self.adjoints.setdefault(v.name, v.type)
+        return local("~adj." + v.name)
+
+    def _adjoint(self, v: Value) -> Value:
+        return self.e.define(v.type, f"load {v.type}, ptr {self._slot(v)}")
+
+    def _take_adjoint(self, v: Value) -> Value:
+        """Read the adjoint of ``v`` and reset it (its definition is being reversed)."""
+        adj = self._adjoint(v)
+        self.e.emit(f"store {v.type} {self.e.zero(v.type).ref}, ptr {self._slot(v)}")
+        return adj
+
+    def _accumulate(self, v: Value, contribution: Value):
+        if not self.act.is_active(v) or contribution is None:
+            return
+        e = self.e
+        total = add_values(e, self._adjoint(v), contribution)
+        e.emit(f"store {v.type} {total.ref}, ptr {self._slot(v)}")
+
+    # -- reverse of one instruction --------------------------------------------
+    def _reverse_instruction(self, ins, block):
+        e = self.e
+        op = ins.opcode
+        if op == "store":
+            value, ptr = ins.operands
+            if self.act.is_shadowed(ptr) and contains_float(value.type):
+                sp = self.shadow(ptr, block)
+                if self.act.is_active(value):
+                    self._accumulate(value, e.define(value.type, f"load {value.type}, ptr {sp.ref}, align 1"))
+                e.emit(f"store {value.type} {e.zero(value.type).ref}, ptr {sp.ref}, align 1")
+            return
+        if op == "call" and self._is_derivative_call(ins):
+            self._reverse_call(ins, block)
+            return
+        if not ins.name or not self.act.is_active(ins.value):
+            return
+        adj = self._take_adjoint(ins.value)
+        if op == "load":
+            sp = self.shadow(ins.operands[0], block)
+            old = e.define(ins.type, f"load {ins.type}, ptr {sp.ref}, align 1")
+            e.emit(f"store {ins.type} {add_values(e, old, adj).ref}, ptr {sp.ref}, align 1")
+        elif op in ("fpext", "fptrunc"):
+            src = ins.operands[0]
+            back = "fptrunc" if op == "fpext" else "fpext"
+            self._accumulate(src, e.cast(back, adj, src.type))
+        elif op == "select":
+            cond = self.primal(ins.operands[0], block)
+            zero = e.zero(ins.type)
+            self._accumulate(ins.operands[1], e.select(cond, adj, zero))
+            self._accumulate(ins.operands[2], e.select(cond, zero, adj))
+        elif op == "extractvalue":
+            agg = ins.operands[0]
+            idx = ", ".join(map(str, ins.indices))
+            self._accumulate(agg, e.insert(e.zero(agg.type), adj, idx))
+        elif op == "insertvalue":
+            agg, elt = ins.operands
+            idx = ", ".join(map(str, ins.indices))
+            self._accumulate(elt, e.extract(adj, idx, elt.type))
+            self._accumulate(agg, e.insert(adj, e.zero(elt.type), idx))
+        elif op == "call" or op in rules.RULES:
+            self._apply_rule(ins, adj, block)
+        else:
+            raise UnsupportedError(f"no derivative rule for instruction `{ins.text}`"
+                                   f"{self._where(ins)}")
+
+    def _apply_rule(self, ins, adj, block):
+        e = self.e
+        name = ins.callee if ins.opcode == "call" else ins.opcode
+        if ins.opcode == "call" and not ins.callee:
+            raise UnsupportedError(f"indirect call with active arguments `{ins.text}`"
+                                   f"{self._where(ins)}")
+        rule = rules.lookup(name, self._where(ins))
+        operands = ins.args
+        args = [self._lazy(o, block) for o in operands]
+        result = self._lazy(ins.value, block)
+        for operand, partial in zip(operands, rule.partials):
+            if partial is None or not self.act.is_active(operand):
+                continue
+            p = partial(e, *args, result)
+            if p == rules.ONE:
+                self._accumulate(operand, adj)
+            elif p == rules.MINUS_ONE:
+                self._accumulate(operand, e.fneg(adj))
+            else:
+                self._accumulate(operand, e.fmul(adj, p))
+
+    def _lazy(self, v: Value, block) -> Value:
+        if v.kind != "inst":
+            return v
+        return Lazy(lambda: self.primal(v, block), v.type)
+
+    def _reverse_call(self, ins, block):
+        e = self.e
+        callee = self._callee(ins)
+        args = [self.primal(a, block) for a in ins.args]
+        args += [self.shadow(a, block) for a, act in zip(ins.args, callee.activity) if act == "dup"]
+        args.append(Value('%"enzpy.tape"', "ptr", "arg"))
+        out = e.call(callee.rev_name, callee.rev_type, args, callee.param_types())
+        for i, a in enumerate(callee.adjoint_args):
+            operand = ins.args[callee.fn.args.index(a)]
+            self._accumulate(operand, e.extract(out, i, a.type))
+
+    # -- the augmented forward function ------------------------------------------
+    def _augmented_function(self) -> str:
+        d = self.d
+        e = self.e = Emitter("~a")
+        frame_keys = list(self.frame)
+        slots = {key: f"~slot.{key[0]}.{key[1]}" for key in frame_keys}
+        defined_in = {}
+        for key in frame_keys:
+            defined_in.setdefault(self.fn.defs[key[1]].block.name, []).append(key)
+        for b in self.fn.blocks:
+            e.label(b.name)
+            if b is self.fn.entry:
+                for key in frame_keys:
+                    e.emit(f"{local(slots[key])} = alloca {self.frame[key]}")
+            if self._needs_edge(b):
+                edges = ", ".join(f"[ {self.cfg.preds(b.name).index(p)}, {local(p)} ]"
+                                  for p in self.cfg.pred_edges[b.name])
+                e.emit(f"{local('~edge.' + b.name)} = phi i32 {edges}")
+            for ins in b.instructions[:-1]:
+                self._forward_instruction(ins)
+            for key in defined_in.get(b.name, []):
+                value = self._forward_value(key)
+                e.emit(f"store {self.frame[key]} {value}, ptr {local(slots[key])}")
+            self._push_block(b)
+            if b.terminator.opcode == "ret":
+                self._push_frame(b, slots)
+            e.emit(_strip_metadata(b.terminator.text))
+        self.builder.declarations.update(e.declarations)
+        return (f"define internal {self.fn.return_type} @\"{d.aug_name}\"({', '.join(d.params)}) {{\n"
+                + "\n".join(e.lines) + "\n}\n")
+
+    def _forward_value(self, key) -> str:
+        return local(key[1]) if key[0] == "p" else local(shadow_name(key[1]))
+
+    def _forward_instruction(self, ins):
+        e = self.e
+        if ins.opcode == "call" and self._is_derivative_call(ins):
+            callee = self._callee(ins)
+            args = list(ins.args)
+            args += [self.forward_shadow(a) for a, act in zip(ins.args, callee.activity)
+                     if act == "dup"]
+            args.append(Value('%"enzpy.tape"', "ptr", "arg"))
+            argtext = ", ".join(a.typed() for a in args)
+            self.builder.declare_derivative(callee)
+            e.emit(f"{local(ins.name)} = call {ins.type} @\"{callee.aug_name}\"({argtext})"
+                   if ins.name else f"call {ins.type} @\"{callee.aug_name}\"({argtext})")
+            return
+        e.emit(_strip_metadata(ins.text))
+        if ins.type == "ptr" and ins.name in self.act.shadowed:
+            sname = local(shadow_name(ins.name))
+            if ins.opcode == "alloca":
+                size = e.define("ptr", f"getelementptr {ins.source_type}, ptr null, i32 1")
+                nbytes = e.cast("ptrtoint", size, "i64")
+                e.emit(f"{sname} = call ptr @calloc(i64 1, i64 {nbytes.ref})")
+            else:
+                e.emit(f"{sname} = " + self._shadow_text(ins, lambda v: v, self.forward_shadow))
+
+    def forward_shadow(self, v: Value) -> Value:
+        if v.kind in ("inst", "arg") and v.name in self.act.shadowed:
+            return Value(local(shadow_name(v.name)), "ptr", v.kind)
+        return Value("null", "ptr", "const")
+
+    def _shadow_text(self, ins, primal, shadow) -> str:
+        """The same address computation as ``ins``, on shadow pointers."""
+        op = ins.opcode
+        if op == "getelementptr":
+            base, *idx = ins.operands
+            flags = "inbounds " if " inbounds " in ins.text else ""
+            indices = "".join(f", {i.type} {primal(i).ref}" for i in idx)
+            return f"getelementptr {flags}{ins.source_type}, ptr {shadow(base).ref}{indices}"
+        if op == "select":
+            c, a, b = ins.operands
+            return f"select i1 {primal(c).ref}, ptr {shadow(a).ref}, ptr {shadow(b).ref}"
+        if op == "phi":
+            inc = ", ".join(f"[ {shadow(v).ref}, {local(blk)} ]" for v, blk in ins.incoming)
+            return f"phi ptr {inc}"
+        if op in POINTER_PROPAGATING:
+            return f"{op} ptr {shadow(ins.operands[0]).ref} to ptr"
+        raise UnsupportedError(f"cannot build the shadow of `{ins.text}`{self._where(ins)}")
+
+    def _push_block(self, b):
+        pushed = self.pushed.get(b.name, {})
+        if not (pushed or self._needs_edge(b)):
+            return
+        e = self.e
+        size = sum(slot_bytes(t) for t in pushed.values()) + (8 if self._needs_edge(b) else 0)
+        slot = e.call(PUSH, "ptr", [Value('%"enzpy.tape"', "ptr", "arg"), Value(str(size), "i64", "const")])
+        offset = 0
+        for key, ty in pushed.items():
+            e.emit(f"store {ty} {self._forward_value(key)}, ptr {_at(e, slot, offset)}, align 8")
+            offset += slot_bytes(ty)
+        if self._needs_edge(b):
+            e.emit(f"store i32 {local('~edge.' + b.name)}, ptr {_at(e, slot, offset)}, align 8")
+
+    def _push_frame(self, b, slots):
+        e = self.e
+        size = sum(slot_bytes(t) for t in self.frame.values()) + 8
+        slot = e.call(PUSH, "ptr", [Value('%"enzpy.tape"', "ptr", "arg"), Value(str(size), "i64", "const")])
+        offset = 0
+        for key, ty in self.frame.items():
+            v = e.define(ty, f"load {ty}, ptr {local(slots[key])}")
+            e.emit(f"store {ty} {v.ref}, ptr {_at(e, slot, offset)}, align 8")
+            offset += slot_bytes(ty)
+        e.emit(f"store i32 {self.cfg.exits.index(b.name)}, ptr {_at(e, slot, offset)}, align 8")
+
+
+def _at(e: Emitter, base: Value, offset: int) -> str:
+    if offset == 0:
+        return base.ref
+    return e.define("ptr", f"getelementptr inbounds i8, ptr {base.ref}, i64 {offset}").ref
+
+
+def _strip_metadata(text: str) -> str:
+    return _METADATA.sub("", text)
+
+
+def _rewrite(ins, ops) -> str:
+    """``ins`` as text with its operands replaced by ``ops`` (for recomputation)."""
+    op = ins.opcode
+    t = [o.typed() for o in ops]
+    if op in ("icmp", "fcmp"):
+        return f"{op} {ins.predicate} {t[0]}, {ops[1].ref}"
+    if op == "select":
+        return f"select {t[0]}, {t[1]}, {t[2]}"
+    if op == "getelementptr":
+        flags = "inbounds " if " inbounds " in ins.text else ""
+        return f"getelementptr {flags}{ins.source_type}, {', '.join(t)}"
+    if op == "extractvalue":
+        return f"extractvalue {t[0]}, {', '.join(map(str, ins.indices))}"
+    if op == "insertvalue":
+        return f"insertvalue {t[0]}, {t[1]}, {', '.join(map(str, ins.indices))}"
+    if op in ("trunc", "zext", "sext", "sitofp", "uitofp", "fptosi", "fptoui", "fpext",
+              "fptrunc", "bitcast", "ptrtoint", "inttoptr"):
+        return f"{op} {t[0]} to {ins.type}"
+    if op == "freeze":
+        return f"freeze {t[0]}"
+    # binary operators, keeping flags such as nsw / exact
+    flags = re.match(r"^\s*%\S+\s*=\s*\w+((?:\s+(?:nsw|nuw|exact|disjoint))*)", ins.text)
+    return f"{op}{flags.group(1) if flags else ''} {t[0]}, {ops[1].ref}"
+
+
+def add_values(e: Emitter, a: Value, b: Value) -> Value:
+    """a + b for float scalars, float vectors and aggregates holding floats."""
+    ty = a.type
+    if is_float_type(ty) or (ty.startswith("<") and contains_float(ty)):
+        return e.fadd(a, b)
+    if ty.startswith("{") or ty.startswith("["):
+        from .tape import _split_fields
+        if ty.startswith("{"):
+            fields = _split_fields(ty.strip("{} "))
+        else:
+            count, elt = ty[1:-1].split(" x ", 1)
+            fields = [elt.strip()] * int(count)
+        out = a
+        for i, fty in enumerate(fields):
+            if contains_float(fty):
+                s = add_values(e, e.extract(a, i, fty), e.extract(b, i, fty))
+                out = e.insert(out, s, i)
+        return out
+    return a

@@ -1,0 +1,138 @@
+"""The registry of derivative rules: one entry per opcode, intrinsic or libm function.
+
+Keys are normalised names: ``sin`` covers ``llvm.sin.f64``, ``llvm.sin.f32``,
+``sin`` and ``sinf``. An entry lists one *partial derivative* per operand, each
+a small function of ``(e, *operands, result)`` that emits IR through the
+``Emitter`` ``e`` and returns the partial, ``ONE``/``MINUS_ONE`` for the
+constants, or ``None`` when the operand carries no derivative (integers, or a
+zero derivative almost everywhere). Reverse mode multiplies each partial by the
+incoming adjoint; forward mode would sum partials times tangents: one table
+serves both.
+"""
+from __future__ import annotations
+
+import re
+
+from .emitter import LN2, LN10, TWO_OVER_SQRT_PI
+from .errors import UnsupportedError
+
+ONE = "one"
+MINUS_ONE = "minus_one"
+
+
+class Rule:
+    def __init__(self, *partials):
+        self.partials = partials
+
+
+RULES: dict = {}
+
+
+def rule(name, *partials):
+    RULES[name] = Rule(*partials)
+
+
+def zero_derivative(*names, arity=1):
+    for name in names:
+        RULES[name] = Rule(*([None] * arity))
+
+
+def _one_over_sqrt(e, x):
+    return e.recip(e.sqrt(x))
+
+
+# -- arithmetic opcodes ----------------------------------------------------
+rule("fadd", lambda e, a, b, r: ONE, lambda e, a, b, r: ONE)
+rule("fsub", lambda e, a, b, r: ONE, lambda e, a, b, r: MINUS_ONE)
+rule("fneg", lambda e, a, r: MINUS_ONE)
+rule("fmul", lambda e, a, b, r: b, lambda e, a, b, r: a)
+rule("fdiv", lambda e, a, b, r: e.recip(b), lambda e, a, b, r: e.fneg(e.fdiv(r, b)))
+# frem is C's fmod: a - b * trunc(a / b).
+rule("frem", lambda e, a, b, r: ONE, lambda e, a, b, r: e.fneg(e.trunc(e.fdiv(a, b))))
+
+# -- elementary functions --------------------------------------------------
+rule("sin", lambda e, x, r: e.cos(x))
+rule("cos", lambda e, x, r: e.fneg(e.sin(x)))
+rule("tan", lambda e, x, r: e.fadd(e.const(1.0, x.type), e.square(r)))
+rule("asin", lambda e, x, r: _one_over_sqrt(e, e.fsub(e.const(1.0, x.type), e.square(x))))
+rule("acos", lambda e, x, r: e.fneg(_one_over_sqrt(e, e.fsub(e.const(1.0, x.type), e.square(x)))))
+rule("atan", lambda e, x, r: e.recip(e.fadd(e.const(1.0, x.type), e.square(x))))
+rule("atan2",
+     lambda e, y, x, r: e.fdiv(x, e.fadd(e.square(x), e.square(y))),
+     lambda e, y, x, r: e.fneg(e.fdiv(y, e.fadd(e.square(x), e.square(y)))))
+rule("sinh", lambda e, x, r: e.cosh(x))
+rule("cosh", lambda e, x, r: e.sinh(x))
+rule("tanh", lambda e, x, r: e.fsub(e.const(1.0, x.type), e.square(r)))
+rule("asinh", lambda e, x, r: _one_over_sqrt(e, e.fadd(e.square(x), e.const(1.0, x.type))))
+rule("acosh", lambda e, x, r: _one_over_sqrt(e, e.fsub(e.square(x), e.const(1.0, x.type))))
+rule("atanh", lambda e, x, r: e.recip(e.fsub(e.const(1.0, x.type), e.square(x))))
+rule("exp", lambda e, x, r: r)
+rule("exp2", lambda e, x, r: e.scale(r, LN2))
+rule("expm1", lambda e, x, r: e.fadd(r, e.const(1.0, x.type)))
+rule("log", lambda e, x, r: e.recip(x))
+rule("log2", lambda e, x, r: e.recip(e.scale(x, LN2)))
+rule("log10", lambda e, x, r: e.recip(e.scale(x, LN10)))
+rule("log1p", lambda e, x, r: e.recip(e.fadd(x, e.const(1.0, x.type))))
+rule("sqrt", lambda e, x, r: e.fdiv(e.const(0.5, x.type), r))
+rule("cbrt", lambda e, x, r: e.fdiv(r, e.scale(x, 3.0)))
+rule("pow",
+     lambda e, x, y, r: e.fmul(y, e.pow(x, e.fsub(y, e.const(1.0, y.type)))),
+     lambda e, x, y, r: e.fmul(r, e.log(x)))
+rule("powi",
+     lambda e, x, n, r: e.fmul(e.cast("sitofp", n, x.type),
+                               e.pow(x, e.cast("sitofp", e.define(
+                                   n.type, f"sub {n.type} {n.ref}, 1"), x.type))),
+     None)
+rule("hypot", lambda e, x, y, r: e.fdiv(x, r), lambda e, x, y, r: e.fdiv(y, r))
+rule("erf", lambda e, x, r: e.scale(e.exp(e.fneg(e.square(x))), TWO_OVER_SQRT_PI))
+rule("erfc", lambda e, x, r: e.scale(e.exp(e.fneg(e.square(x))), -TWO_OVER_SQRT_PI))
+rule("fabs", lambda e, x, r: e.copysign(e.const(1.0, x.type), x))
+rule("copysign",
+     lambda e, x, y, r: e.fmul(e.copysign(e.const(1.0, x.type), x),
+                               e.copysign(e.const(1.0, x.type), y)),
+     None)
+rule("fma", lambda e, a, b, c, r: b, lambda e, a, b, c, r: a, lambda e, a, b, c, r: ONE)
+RULES["fmuladd"] = RULES["fma"]
+
+
+def _first_chosen(e, a, b, r):
+    return e.indicator(e.fcmp("oeq", r, a), a.type)
+
+
+def _second_chosen(e, a, b, r):
+    return e.indicator(e.fcmp("une", r, a), a.type)
+
+
+for _name in ("minnum", "maxnum", "minimum", "maximum", "fmin", "fmax"):
+    rule(_name, _first_chosen, _second_chosen)
+
+zero_derivative("floor", "ceil", "trunc", "round", "rint", "nearbyint", "roundeven")
+
+# Calls that move no derivative: runtime bookkeeping, GIL, hints to the optimizer.
+INACTIVE_CALLS = re.compile(
+    r"^(NRT_(incref|decref|MemInfo_call_dtor)|numba_gil_(ensure|release)|"
+    r"llvm\.(lifetime|assume|dbg|expect|invariant|sideeffect|experimental\.noalias)\b)")
+
+_INTRINSIC_NAME = re.compile(r"^llvm\.([a-z0-9_]+?)(\.[a-z]\w*)*$")
+
+
+def normalize(callee: str) -> str:
+    """``llvm.sin.f64`` / ``sinf`` / ``sin`` -> ``sin``."""
+    m = _INTRINSIC_NAME.match(callee)
+    if m:
+        return m.group(1)
+    if callee not in RULES and callee.endswith("f") and callee[:-1] in RULES:
+        return callee[:-1]
+    return callee
+
+
+def lookup(name: str, where: str = "") -> Rule:
+    """The rule for an opcode or callee; ``UnsupportedError`` when there is none."""
+    found = RULES.get(normalize(name))
+    if found is None:
+        raise UnsupportedError(f"no derivative rule for '{name}'{where}")
+    return found
+
+
+def has_rule(name: str) -> bool:
+    return normalize(name) in RULES
