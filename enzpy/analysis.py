@@ -48,6 +48,42 @@ class ControlFlow:
         return inside
 
     @cached_property
+    def idom(self) -> dict:
+        return nx.immediate_dominators(self.graph, self.fn.entry.name)
+
+    def dominates(self, a: str, b: str) -> bool:
+        while True:
+            if a == b:
+                return True
+            parent = self.idom.get(b, b)
+            if parent == b:
+                return False
+            b = parent
+
+    def edge_condition(self, block: str):
+        """For a join reached by exactly one edge from each side of one
+        conditional branch, return (branch instruction, pred if true, pred if
+        false): the edge taken is then known from the branch condition."""
+        preds = self.preds(block)
+        if len(preds) != 2 or len(self.pred_edges[block]) != 2:
+            return None
+        head = self.idom.get(block)
+        if head is None or head == block:
+            return None
+        br = self.fn.block_map[head].terminator
+        if br.opcode != "br" or len(br.targets) != 2:
+            return None
+        sides = {}
+        for pred in preds:
+            on = [side for side, succ in zip((True, False), br.targets)
+                  if (succ == block and pred == head) or
+                  (succ != block and self.dominates(succ, pred))]
+            if len(on) != 1 or on[0] in sides:
+                return None
+            sides[on[0]] = pred
+        return br, sides[True], sides[False]
+
+    @cached_property
     def exits(self) -> list:
         return [b.name for b in self.fn.blocks if b.terminator.opcode == "ret"]
 

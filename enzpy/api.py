@@ -123,6 +123,8 @@ _reports: dict = {}
 def _dispatcher(f):
     if isinstance(f, numba.core.dispatcher.Dispatcher):
         return f
+    if isinstance(f, Mode):
+        raise TypeError("autodiff(mode, f, *args): the function comes second")
     if not callable(f):
         raise TypeError(f"autodiff expects a function, got {type(f).__name__}")
     disp = _jitted.get(f)
@@ -156,6 +158,25 @@ def _check_args(disp, annotated):
             raise UnsupportedError(f"argument {i}: Duplicated arrays are not supported yet")
 
 
+_SCALARS = {float, int, bool, np.float64, np.float32, np.int64, np.int32, np.int16,
+            np.int8, np.uint64, np.uint32, np.uint16, np.uint8, np.bool_, complex}
+_ANNOTATIONS = (Active, Const, Duplicated)
+
+
+def _signature_key(arg):
+    """A cheap key for the argument's annotation and Numba type."""
+    cls = type(arg)
+    if cls in _ANNOTATIONS:
+        value = arg.val
+    else:
+        if isinstance(arg, type) and issubclass(arg, Annotation):
+            raise TypeError(f"annotation {arg.__name__} must wrap a value, "
+                            f"e.g. {arg.__name__}(x)")
+        cls, value = Const, arg
+    vt = type(value)
+    return (cls, vt) if vt in _SCALARS else (cls, numba.typeof(value))
+
+
 def autodiff(mode, f, *args):
     """Differentiate ``f`` at ``args`` (each ``Active``, ``Const`` or ``Duplicated``).
 
@@ -168,23 +189,19 @@ def autodiff(mode, f, *args):
     if not mode.reverse:
         raise UnsupportedError(f"{mode.name} mode is not implemented yet; use Reverse")
     disp = _dispatcher(f)
-    annotated = [_annotate(a) for a in args]
-    for a in args:
-        if isinstance(a, type) and issubclass(a, Annotation):
-            raise TypeError(f"annotation {a.__name__} must wrap a value, e.g. {a.__name__}(x)")
-    key = (disp, tuple((type(a), numba.typeof(a.val)) for a in annotated))
+    key = (disp, tuple(map(_signature_key, args)))
     entry = _entries.get(key)
     if entry is None:
+        annotated = [_annotate(a) for a in args]
         _check_args(disp, annotated)
         entry = _build(disp, annotated, key)
         with STATS.lock:
             STATS.misses += 1
     else:
-        with STATS.lock:
-            STATS.hits += 1
-    out = entry.call(*[a.val for a in annotated])
+        STATS.hits += 1
+    out = entry.call(*[a.val if type(a) in _ANNOTATIONS else a for a in args])
     n = len(entry.active_positions)
-    grads = [None] * len(annotated)
+    grads = [None] * len(args)
     for pos, value in zip(entry.active_positions, out[:n]):
         grads[pos] = value
     grads = tuple(grads)
@@ -195,7 +212,7 @@ def _build(disp, annotated, key) -> _Entry:
     with _build_lock, global_compiler_lock:
         if key in _entries:
             return _entries[key]
-        argtypes = tuple(t for _, t in key[1])
+        argtypes = tuple(numba.typeof(a.val) for a in annotated)
         report = BuildReport(disp.py_func.__qualname__, str(argtypes))
         watch = _Stopwatch(report)
         with watch.stage("numba_compile"):
@@ -209,6 +226,7 @@ def _build(disp, annotated, key) -> _Entry:
         with watch.stage("capture"):
             module, lowered = frontend.collect_module(low)
         with watch.stage("cleanup"):
+            blocks = frontend.original_blocks(module)
             frontend.cleanup(module)
         with watch.stage("read_ir"):
             model = read_module(module)
@@ -223,18 +241,18 @@ def _build(disp, annotated, key) -> _Entry:
             else:
                 activity.extend(["const"] * width)
         with watch.stage("reverse"):
-            builder = ModuleBuilder(model, lowered)
+            builder = ModuleBuilder(model, lowered, blocks)
             root = builder.build(low.symbol, activity)
             entry_name = f"enzpy.entry.{next(backend._ids)}.{low.symbol}"
             ret_slot = _return_slot_type(ctx, restype)
             text = builder.module_text(entry_function(entry_name, root, ret_slot, return_active))
-        report.derivative_functions = 2 * len(builder.derivatives)
+        report.derivative_functions = len(builder.derivatives)
         report.module_bytes = len(text)
+        with watch.stage("parse"):
+            module = backend.prepare_module(text, entry_name)
         with watch.stage("codegen"):
-            library = backend.compile_library(text, entry_name, ctx.codegen())
-        with watch.stage("wrap"):
             adjoint_types = [ty for a, ty in zip(annotated, argtypes) if isinstance(a, Active)]
-            call = backend.numba_entry(library, entry_name, argtypes, adjoint_types, restype)
+            call = backend.numba_entry(module, entry_name, argtypes, adjoint_types, restype)
         positions = [i for i, a in enumerate(annotated) if isinstance(a, Active)]
         entry = _Entry(call, positions, report, return_active)
         _entries[key] = entry

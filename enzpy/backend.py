@@ -1,8 +1,8 @@
 """Backend: optimize and JIT the derivative module through Numba's codegen.
 
-The module is added to a Numba code library, so Numba's runtime and math
-symbols resolve and Numba's optimizer (O3, vectorization) runs on the
-derivative. The entry point is then wrapped as an ``@njit`` function through an
+The module joins the code library of a small ``@njit`` wrapper, so Numba's
+runtime and math symbols resolve and Numba's optimizer (O3, vectorization)
+runs on the derivative once, together with the wrapper. The entry point is then wrapped as an ``@njit`` function through an
 intrinsic, so one call from Python is one Numba dispatch, exceptions raised in
 the primal propagate with their type and message, and the derivative can be
 called from other ``@njit`` code.
@@ -23,26 +23,25 @@ from .ir import parse
 _ids = itertools.count()
 
 
-def compile_library(text: str, entry: str, codegen):
-    """Parse, verify, internalize and JIT-compile ``text``; return the library."""
+def prepare_module(text: str, entry: str):
+    """Parse and verify ``text``; every function but ``entry`` becomes internal."""
     module = parse(text)
     for fn in module.functions:
         if not fn.is_declaration and fn.name != entry:
             fn.linkage = llvm.Linkage.internal
-    library = codegen.create_library(f"enzpy.{entry}")
-    library.add_llvm_module(module)
-    library.finalize()
-    return library
+    return module
 
 
-def numba_entry(library, entry: str, argtypes, adjoint_types, restype):
+def numba_entry(module, entry: str, argtypes, adjoint_types, restype):
     """An ``@njit`` function ``f(*args) -> (adjoints..., primal, peak tape bytes)``."""
     primal_type = restype if restype != types.none else types.none
     result = types.Tuple(tuple(adjoint_types) + (primal_type, types.int64))
 
     def typer(typingctx, args):
         def codegen(context, builder, sig, llargs):
-            context.active_code_library.add_linking_library(library)
+            # The derivative joins the wrapper's own library: it is optimized
+            # (O3) and turned into machine code once, with the wrapper.
+            context.active_code_library.add_llvm_module(module)
             flat = list(context.call_conv._get_arg_packer(sig.args).as_arguments(builder, llargs))
             adj_ll = [context.get_value_type(t) for t in adjoint_types]
             if restype == types.none:

@@ -14,7 +14,7 @@ from . import rules
 from .errors import UnsupportedError
 from .ir import local
 from .reverse import FunctionDerivative, ReverseGenerator
-from .tape import FREE, RUNTIME, TAPE_TYPE
+from .tape import ACQUIRE, CAPACITY_FIELD, FREE, RUNTIME, TAPE_TYPE
 
 _BLOCK_LABEL = re.compile(r"^B(\d+)")
 
@@ -37,8 +37,9 @@ STATS = Stats()
 class ModuleBuilder:
     """Writes every aug/rev pair one root derivative needs, into one module."""
 
-    def __init__(self, module, lowered):
+    def __init__(self, module, lowered, original_blocks=None):
         self.module = module
+        self.original_blocks = original_blocks or {}
         self.lowered = lowered            # symbol -> frontend.Lowered
         self.derivatives = {}             # (symbol, activity) -> FunctionDerivative
         self.declarations = {}
@@ -68,7 +69,10 @@ class ModuleBuilder:
     def declare_derivative(self, deriv):
         """Calls go to functions of this same module: nothing to declare."""
 
-    def describe(self, symbol, block) -> str:
+    def describe(self, symbol, ins) -> str:
+        """' in function 'f' (near line N)' for messages about ``ins``."""
+        block = self.original_blocks.get(symbol, {}).get(ins.name) or (
+            ins.block.name if ins.block else "")
         low = self.lowered.get(symbol)
         name = low.name if low is not None else symbol
         text = f" in function '{name}'"
@@ -109,7 +113,7 @@ class ModuleBuilder:
 
 
 _RUNTIME_NAMES = {"realloc", "free", "calloc", "enzpy.tape.grow", "enzpy.tape.reserve",
-                  "enzpy.tape.release", "enzpy.tape.free"}
+                  "enzpy.tape.release", "enzpy.tape.free", "enzpy.tape.acquire"}
 
 
 def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active) -> str:
@@ -132,6 +136,7 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active)
         "entry:",
         f"  %tape = alloca {TAPE_TYPE}",
         f"  store {TAPE_TYPE} zeroinitializer, ptr %tape",
+        f"  call void @{ACQUIRE}(ptr %tape)",
         f"  %ret = alloca {ret_slot_type}",
         f"  store {ret_slot_type} zeroinitializer, ptr %ret",
         f"  %shadow.ret = alloca {ret_slot_type}",
@@ -153,7 +158,8 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active)
     else:
         lines.append(f"  call void @\"{root.rev_name}\"({argtext})")
     lines.append(f"  %primal = load {ret_slot_type}, ptr %ret")
-    lines.append("  %peakp = getelementptr inbounds " + TAPE_TYPE + ", ptr %tape, i32 0, i32 3")
+    lines.append("  %peakp = getelementptr inbounds " + TAPE_TYPE
+                 + f", ptr %tape, i32 0, i32 {CAPACITY_FIELD}")
     lines.append("  %peak = load i64, ptr %peakp")
     agg = "undef"
     fields = [(f"%a{i}", t, f"  %a{i} = extractvalue {root.rev_type} %adj, {i}")

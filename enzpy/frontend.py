@@ -87,10 +87,7 @@ class Lowered:
 
     def source_lines(self):
         """Map Numba block labels (``B54`` in IR) to Python source lines."""
-        try:
-            blocks = self.cres.type_annotation.func_ir.blocks
-        except AttributeError:
-            return {}
+        blocks = getattr(self.cres.type_annotation, "blocks", None) or {}
         return {f"B{label}": blk.loc.line for label, blk in blocks.items()}
 
     def callees(self):
@@ -169,6 +166,35 @@ def collect_module(root: Lowered):
         if not added:
             break
     return module, lowered
+
+
+_DEFINE = re.compile(r'^define [^@]*@"?([^"(]+)"?\(')
+_LABEL = re.compile(r'^"?([^":]+)"?:')
+_ASSIGN = re.compile(r'^\s+%"?([^"\s]+)"? = ')
+
+
+def original_blocks(module) -> dict:
+    """{function: {instruction name: block label}} before cleanup merges blocks.
+
+    Numba names blocks after bytecode offsets (``B54``), which map to source
+    lines; instruction names survive the cleanup passes, block names do not.
+    """
+    table, current, label = {}, None, ""
+    for line in str(module).splitlines():
+        m = _DEFINE.match(line)
+        if m:
+            current = table.setdefault(m.group(1), {})
+            continue
+        if current is None:
+            continue
+        m = _LABEL.match(line)
+        if m:
+            label = m.group(1)
+            continue
+        m = _ASSIGN.match(line)
+        if m:
+            current[m.group(1)] = label
+    return table
 
 
 def _drop_duplicate_definitions(other, module):

@@ -7,6 +7,7 @@ Everything downstream works on these plain objects.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 
@@ -181,23 +182,38 @@ def read_instruction(ins) -> Instruction:
 
 
 def read_function(fn) -> Function:
-    ret = re.match(r"define\s+(?:[\w()]+\s+)*?([^@]+?)\s*@", str(fn).split("\n", 2)[
-        1 if str(fn).startswith(";") else 0])
     args = [Value(local(a.name), str(a.type), "arg", a.name) for a in fn.arguments]
     blocks = [Block(b.name, [read_instruction(i) for i in b.instructions]) for b in fn.blocks]
-    fty = str(fn.global_value_type)
-    return_type = fty.split(" (", 1)[0] if ret is None else fty.split(" (", 1)[0]
+    return_type = str(fn.global_value_type).split(" (", 1)[0]
     return Function(fn.name, return_type, args, blocks)
+
+
+@contextlib.contextmanager
+def _quiet_binding_lock():
+    """Numba hooks an event recorder onto every llvmlite call; reading IR makes
+    thousands of tiny calls, so the hooks are set aside meanwhile."""
+    lock = getattr(getattr(llvm.ffi, "lib", None), "_lock", None)
+    saved = getattr(lock, "_cblist", None)
+    if saved is None:
+        yield
+        return
+    lock._cblist = []
+    try:
+        yield
+    finally:
+        lock._cblist = saved
 
 
 def read_module(mod) -> Module:
     functions, declarations = {}, {}
-    for fn in mod.functions:
-        if fn.is_declaration:
-            declarations[fn.name] = str(fn.global_value_type)
-        else:
-            functions[fn.name] = read_function(fn)
-    return Module(functions, declarations, str(mod))
+    with _quiet_binding_lock():
+        for fn in mod.functions:
+            if fn.is_declaration:
+                declarations[fn.name] = str(fn.global_value_type)
+            else:
+                functions[fn.name] = read_function(fn)
+        text = str(mod)
+    return Module(functions, declarations, text)
 
 
 def parse(text: str):

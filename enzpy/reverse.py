@@ -27,7 +27,7 @@ from .ir import Value, contains_float, is_float_type, local
 from .tape import POP, PUSH, slot_bytes
 
 RECOMPUTABLE = {
-    "add", "sub", "mul", "shl", "lshr", "ashr", "and", "or", "xor", "udiv", "sdiv",
+    "fadd", "fsub", "fmul", "fneg", "add", "sub", "mul", "shl", "lshr", "ashr", "and", "or", "xor", "udiv", "sdiv",
     "urem", "srem", "trunc", "zext", "sext", "sitofp", "uitofp", "fptosi", "fptoui",
     "fpext", "fptrunc", "icmp", "fcmp", "select", "getelementptr", "extractvalue",
     "insertvalue", "bitcast", "ptrtoint", "inttoptr", "freeze",
@@ -76,7 +76,7 @@ class FunctionDerivative:
         params = [f"{a.type} {local(a.name)}" for a in fn.args]
         params += [f"ptr {local(shadow_name(a.name))}"
                    for a, act in zip(fn.args, activity) if act == "dup"]
-        params.append('ptr %"enzpy.tape"')
+        params.append('ptr noalias %"enzpy.tape"')
         self.params = params
 
     @staticmethod
@@ -94,7 +94,7 @@ class ReverseGenerator:
         self.builder = builder
         self.d = deriv
         self.fn = deriv.fn
-        self.describe = describe      # (function name, block name) -> "in f, line N"
+        self.describe = describe      # (function name, instruction) -> " in function 'f' ..."
         self.cfg = ControlFlow(self.fn)
         self.act = Activity(self.fn, deriv.activity, builder.call_propagates)
         self.calls = {}               # instruction name / id -> callee derivative
@@ -112,7 +112,7 @@ class ReverseGenerator:
         return aug + "\n" + rev
 
     def _where(self, ins) -> str:
-        return self.describe(self.fn.name, ins.block.name if ins.block else "")
+        return self.describe(self.fn.name, ins)
 
     def _check_unsupported(self):
         for b in self.fn.blocks:
@@ -268,7 +268,17 @@ class ReverseGenerator:
             e.emit(f"{local(f'~edge.{b.name}')} = load i32, ptr {_at(e, slot, offset)}, align 8")
 
     def _needs_edge(self, b) -> bool:
-        return len(self.cfg.preds(b.name)) > 1
+        """Whether the edge into ``b`` must be recorded (it cannot be recomputed)."""
+        return len(self.cfg.preds(b.name)) > 1 and self.cfg.edge_condition(b.name) is None
+
+    def _edge_index(self, b) -> str:
+        if self._needs_edge(b):
+            return local("~edge." + b.name)
+        br, if_true, if_false = self.cfg.edge_condition(b.name)
+        preds = self.cfg.preds(b.name)
+        cond = self.primal(br.operands[0], b.name)
+        return self.e.define("i32", f"select i1 {cond.ref}, i32 {preds.index(if_true)}, "
+                                    f"i32 {preds.index(if_false)}").ref
 
     def _dispatch(self, b):
         e = self.e
@@ -284,7 +294,7 @@ class ReverseGenerator:
             return
         targets = [f"~rev.{b.name}.from.{i}" for i in range(len(preds))]
         cases = " ".join(f"i32 {i}, label {local(t)}" for i, t in enumerate(targets))
-        e.emit(f"switch i32 {local('~edge.' + b.name)}, label {local(targets[0])} [ {cases} ]")
+        e.emit(f"switch i32 {self._edge_index(b)}, label {local(targets[0])} [ {cases} ]")
         for target, pred in zip(targets, preds):
             e.label(target)
             self._transfer(incoming_adjoints, pred)

@@ -1,62 +1,72 @@
 """The tape: a LIFO byte stack passed as a hidden pointer to derivative functions.
 
-Layout ``{ ptr data, i64 top, i64 capacity, i64 peak }``. The augmented forward
+Layout ``{ ptr data, i64 top, i64 capacity }``; the capacity reached is the
+peak tape size a call reports. The augmented forward
 reserves a block of slots per basic-block execution and stores into them; the
 reverse sweep releases the same block in reverse order. Growth (``realloc``) is
 the rare, out-of-line branch.
 """
 
-TAPE_TYPE = "{ ptr, i64, i64, i64 }"
+TAPE_TYPE = "{ ptr, i64, i64 }"
 SLOT = 8          # every recorded scalar takes one 8-byte slot
 PUSH = "enzpy.tape.reserve"
 POP = "enzpy.tape.release"
 FREE = "enzpy.tape.free"
+ACQUIRE = "enzpy.tape.acquire"
+HEADER = 16                    # bytes before the data: the capacity, for reuse
+KEEP_LIMIT = 64 << 20          # a tape up to this size is kept for the next call
+CAPACITY_FIELD = 2
 
+# ``grow`` never sees the tape struct: with the struct only reached through
+# the (noalias) tape argument, LLVM keeps ``top``/``capacity`` in registers
+# across a loop and the common case of a push is an add, a compare and a store.
 RUNTIME = f"""
 declare ptr @realloc(ptr, i64)
 declare void @free(ptr)
 declare ptr @calloc(i64, i64)
 
-define internal void @enzpy.tape.grow(ptr %t, i64 %need) noinline {{
-  %capp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 2
-  %cap = load i64, ptr %capp
+define internal {{ ptr, i64 }} @enzpy.tape.grow(ptr %data, i64 %cap, i64 %need) noinline {{
   %dbl = shl i64 %cap, 1
   %c1 = icmp ugt i64 %dbl, %need
   %n1 = select i1 %c1, i64 %dbl, i64 %need
   %c2 = icmp ugt i64 %n1, 4096
   %n2 = select i1 %c2, i64 %n1, i64 4096
-  %data = load ptr, ptr %t
-  %new = call ptr @realloc(ptr %data, i64 %n2)
-  store ptr %new, ptr %t
-  store i64 %n2, ptr %capp
-  ret void
+  %isnull = icmp eq ptr %data, null
+  %base = getelementptr i8, ptr %data, i64 -{HEADER}
+  %old = select i1 %isnull, ptr null, ptr %base
+  %bytes = add i64 %n2, {HEADER}
+  %new = call ptr @realloc(ptr %old, i64 %bytes)
+  %newdata = getelementptr inbounds i8, ptr %new, i64 {HEADER}
+  %r0 = insertvalue {{ ptr, i64 }} undef, ptr %newdata, 0
+  %r1 = insertvalue {{ ptr, i64 }} %r0, i64 %n2, 1
+  ret {{ ptr, i64 }} %r1
 }}
 
-define internal ptr @{PUSH}(ptr %t, i64 %n) alwaysinline {{
+define internal ptr @{PUSH}(ptr noalias %t, i64 %n) alwaysinline {{
 entry:
   %topp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 1
   %capp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 2
-  %peakp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 3
   %top = load i64, ptr %topp
   %cap = load i64, ptr %capp
   %new = add i64 %top, %n
   %full = icmp ugt i64 %new, %cap
   br i1 %full, label %grow, label %ok, !prof !{{!"branch_weights", i32 1, i32 2000}}
 grow:
-  call void @enzpy.tape.grow(ptr %t, i64 %new)
+  %old = load ptr, ptr %t
+  %grown = call {{ ptr, i64 }} @enzpy.tape.grow(ptr %old, i64 %cap, i64 %new)
+  %gdata = extractvalue {{ ptr, i64 }} %grown, 0
+  %gcap = extractvalue {{ ptr, i64 }} %grown, 1
+  store ptr %gdata, ptr %t
+  store i64 %gcap, ptr %capp
   br label %ok
 ok:
   store i64 %new, ptr %topp
-  %peak = load i64, ptr %peakp
-  %higher = icmp ugt i64 %new, %peak
-  %np = select i1 %higher, i64 %new, i64 %peak
-  store i64 %np, ptr %peakp
   %data = load ptr, ptr %t
   %slot = getelementptr inbounds i8, ptr %data, i64 %top
   ret ptr %slot
 }}
 
-define internal ptr @{POP}(ptr %t, i64 %n) alwaysinline {{
+define internal ptr @{POP}(ptr noalias %t, i64 %n) alwaysinline {{
   %topp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 1
   %top = load i64, ptr %topp
   %new = sub i64 %top, %n
@@ -66,9 +76,46 @@ define internal ptr @{POP}(ptr %t, i64 %n) alwaysinline {{
   ret ptr %slot
 }}
 
+@enzpy.tape.spare = internal global ptr null
+
+; Start a call's tape on the buffer the previous call left, if any.
+define internal void @{ACQUIRE}(ptr %t) {{
+entry:
+  %spare = atomicrmw xchg ptr @enzpy.tape.spare, ptr null acq_rel
+  %has = icmp ne ptr %spare, null
+  br i1 %has, label %reuse, label %fresh
+reuse:
+  %cap = load i64, ptr %spare
+  %data = getelementptr inbounds i8, ptr %spare, i64 {HEADER}
+  store ptr %data, ptr %t
+  %capp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 2
+  store i64 %cap, ptr %capp
+  ret void
+fresh:
+  ret void
+}}
+
+; Keep the buffer for the next call (up to {KEEP_LIMIT} bytes); free the rest.
 define internal void @{FREE}(ptr %t) {{
+entry:
   %data = load ptr, ptr %t
-  call void @free(ptr %data)
+  %isnull = icmp eq ptr %data, null
+  br i1 %isnull, label %done, label %release
+release:
+  %base = getelementptr i8, ptr %data, i64 -{HEADER}
+  %capp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 2
+  %cap = load i64, ptr %capp
+  %small = icmp ule i64 %cap, {KEEP_LIMIT}
+  br i1 %small, label %keep, label %drop
+keep:
+  store i64 %cap, ptr %base
+  %old = atomicrmw xchg ptr @enzpy.tape.spare, ptr %base acq_rel
+  call void @free(ptr %old)
+  br label %done
+drop:
+  call void @free(ptr %base)
+  br label %done
+done:
   ret void
 }}
 """
