@@ -7,6 +7,7 @@ that carries derivatives: a Duplicated argument or a float-holding alloca.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 
 import networkx as nx
@@ -15,6 +16,21 @@ from .ir import Function, contains_float
 
 # Instructions whose result is a pointer into the same object as an operand.
 POINTER_PROPAGATING = ("getelementptr", "bitcast", "addrspacecast", "phi", "select", "freeze")
+
+
+@dataclass
+class Loop:
+    """A natural loop with one entering edge source and one latch.
+
+    Its trip count is reconstructed in the reverse sweep: the augmented forward
+    counts header executions and records the count once per loop exit; the
+    reverse sweep counts down, so neither the header's predecessor nor the
+    loop's induction variables need the tape.
+    """
+    header: str
+    preheader: str
+    latch: str
+    body: frozenset
 
 
 class ControlFlow:
@@ -82,6 +98,34 @@ class ControlFlow:
                 return None
             sides[on[0]] = pred
         return br, sides[True], sides[False]
+
+    @cached_property
+    def counted_loops(self) -> dict:
+        """header -> Loop, for the loops whose trip count can be reconstructed."""
+        back = {}
+        for u, h in self.graph.edges:
+            if self.dominates(h, u):
+                back.setdefault(h, []).append(u)
+        loops = {}
+        for h, latches in back.items():
+            if len(latches) != 1:
+                continue
+            latch = latches[0]
+            body = {h}
+            stack = [latch]
+            while stack:
+                n = stack.pop()
+                if n not in body:
+                    body.add(n)
+                    stack.extend(self.graph.predecessors(n))
+            outside = [p for p in self.pred_edges[h] if p not in body]
+            if len(outside) != 1 or self.pred_edges[h].count(latch) != 1:
+                continue
+            exits = {s for b in body for s in self.graph.successors(b) if s not in body}
+            if not all(self.dominates(h, y) for y in exits):
+                continue
+            loops[h] = Loop(h, outside[0], latch, frozenset(body))
+        return loops
 
     @cached_property
     def exits(self) -> list:

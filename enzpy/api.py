@@ -73,6 +73,7 @@ class BuildReport:
     signature: str
     timings: dict = field(default_factory=dict)   # stage -> seconds
     primal_instructions: int = 0
+    peak_tape_bytes: int = 0          # the largest tape of any call so far
     derivative_functions: int = 0
     module_bytes: int = 0
 
@@ -200,6 +201,9 @@ def autodiff(mode, f, *args):
     else:
         STATS.hits += 1
     out = entry.call(*[a.val if type(a) in _ANNOTATIONS else a for a in args])
+    report = entry.report
+    if out[-1] > report.peak_tape_bytes:
+        report.peak_tape_bytes = out[-1]
     n = len(entry.active_positions)
     grads = [None] * len(args)
     for pos, value in zip(entry.active_positions, out[:n]):

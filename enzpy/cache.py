@@ -14,7 +14,7 @@ from . import rules
 from .errors import UnsupportedError
 from .ir import local
 from .reverse import FunctionDerivative, ReverseGenerator
-from .tape import ACQUIRE, CAPACITY_FIELD, FREE, RUNTIME, TAPE_TYPE
+from .tape import ACQUIRE, FREE, PEAK_FIELD, RUNTIME, TAPE_TYPE
 
 _BLOCK_LABEL = re.compile(r"^B(\d+)")
 
@@ -159,7 +159,7 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active)
         lines.append(f"  call void @\"{root.rev_name}\"({argtext})")
     lines.append(f"  %primal = load {ret_slot_type}, ptr %ret")
     lines.append("  %peakp = getelementptr inbounds " + TAPE_TYPE
-                 + f", ptr %tape, i32 0, i32 {CAPACITY_FIELD}")
+                 + f", ptr %tape, i32 0, i32 {PEAK_FIELD}")
     lines.append("  %peak = load i64, ptr %peakp")
     agg = "undef"
     fields = [(f"%a{i}", t, f"  %a{i} = extractvalue {root.rev_type} %adj, {i}")

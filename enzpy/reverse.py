@@ -23,7 +23,7 @@ from . import rules
 from .analysis import Activity, ControlFlow, POINTER_PROPAGATING
 from .emitter import Emitter
 from .errors import UnsupportedError
-from .ir import Value, contains_float, is_float_type, local
+from .ir import Instruction, Value, contains_float, is_float_type, local
 from .tape import POP, PUSH, slot_bytes
 
 RECOMPUTABLE = {
@@ -98,6 +98,8 @@ class ReverseGenerator:
         self.cfg = ControlFlow(self.fn)
         self.act = Activity(self.fn, deriv.activity, builder.call_propagates)
         self.calls = {}               # instruction name / id -> callee derivative
+        self.loops = self.cfg.counted_loops
+        self.inductions = self._find_inductions()   # phi name -> (header, init, step, op)
         self.frame = {}               # key -> type, in insertion order
         self.pushed = {}              # block -> {key: type}
 
@@ -132,6 +134,50 @@ class ReverseGenerator:
                     raise UnsupportedError(
                         f"call to '{ins.callee or 'an indirect function'}' with "
                         f"differentiable memory{self._where(ins)}")
+
+    def _find_inductions(self) -> dict:
+        """Integer phis ``i = phi [init, preheader], [i +/- step, latch]`` of
+        counted loops, plus each loop's own counter (a synthetic phi)."""
+        found = {}
+        for h, loop in self.loops.items():
+            counter = Instruction(f"~ctr.{h}", "phi", "i64", [], "", self.fn.block_map[h])
+            self.fn.defs[counter.name] = counter
+            found[counter.name] = (h, Value("0", "i64", "const"), Value("1", "i64", "const"), "add")
+            for ins in self.fn.block_map[h].instructions:
+                if ins.opcode != "phi" or not ins.type.startswith("i") or len(ins.incoming) != 2:
+                    continue
+                incoming = {blk: v for v, blk in ins.incoming}
+                init, nxt = incoming.get(loop.preheader), incoming.get(loop.latch)
+                step_ins = self.fn.defs.get(nxt.name) if nxt is not None and nxt.kind == "inst" else None
+                if init is None or step_ins is None or step_ins.opcode not in ("add", "sub"):
+                    continue
+                a, b = step_ins.operands
+                if a.kind == "inst" and a.name == ins.name:
+                    step = b
+                elif b.kind == "inst" and b.name == ins.name and step_ins.opcode == "add":
+                    step = a
+                else:
+                    continue
+                if step.kind == "inst" and self.fn.defs[step.name].block.name in loop.body:
+                    continue
+                found[ins.name] = (h, init, step, step_ins.opcode)
+        return found
+
+    def _induction_free(self, v: Value, block, depth=0) -> bool:
+        """Whether ``v`` is available in the reverse block without the tape."""
+        if v.kind != "inst":
+            return True
+        if depth > _RECOMPUTE_DEPTH:
+            return False
+        ins = self.fn.defs[v.name]
+        if ins.block.name not in self.cfg.loop_blocks:
+            return True
+        iv = self.inductions.get(v.name)
+        if iv is not None and block in self.loops[iv[0]].body:
+            return self._induction_free(iv[1], block, depth + 1) and \
+                self._induction_free(iv[2], block, depth + 1)
+        return ins.opcode in RECOMPUTABLE and all(
+            self._induction_free(o, block, depth + 1) for o in ins.operands)
 
     def _is_derivative_call(self, ins) -> bool:
         """A call to a Numba function that must be differentiated itself."""
@@ -172,6 +218,14 @@ class ReverseGenerator:
         return self._fetch(("s", v.name), self.fn.defs[v.name], block, depth)
 
     def _fetch(self, key, ins, block, depth):
+        iv = self.inductions.get(key[1]) if key[0] == "p" else None
+        if iv is not None and block in self.loops[iv[0]].body and \
+                self._induction_free(ins.value, block):
+            memo = self.recomputed.get((key, block))
+            if memo is None:
+                memo = self._induction_value(ins, iv, block, depth + 1)
+                self.recomputed[(key, block)] = memo
+            return memo
         how = self._storage(key, ins)
         if how == "recompute" and depth > _RECOMPUTE_DEPTH:
             how = "push" if ins.block.name in self.cfg.loop_blocks else "frame"
@@ -187,6 +241,20 @@ class ReverseGenerator:
             memo = self._recompute(key, ins, block, depth + 1)
             self.recomputed[(key, block)] = memo
         return memo
+
+    def _counter(self, header) -> Value:
+        return self.e.define("i64", f"load i64, ptr {local('~k.' + header)}")
+
+    def _induction_value(self, ins, iv, block, depth) -> Value:
+        """init +/- k * step, k being the loop's reverse iteration counter."""
+        header, init, step, op = iv
+        e = self.e
+        k = self._counter(header)
+        if ins.type != "i64":
+            k = e.cast("trunc" if int(ins.type[1:]) < 64 else "zext", k, ins.type)
+        init, step = self.primal(init, block, depth), self.primal(step, block, depth)
+        scaled = e.define(ins.type, f"mul {ins.type} {k.ref}, {step.ref}")
+        return e.define(ins.type, f"{op} {ins.type} {init.ref}, {scaled.ref}")
 
     def _recompute(self, key, ins, block, depth) -> Value:
         e = self.e
@@ -231,6 +299,8 @@ class ReverseGenerator:
         for name, ty in self.adjoints.items():
             head.emit(f"{local('~adj.' + name)} = alloca {ty}")
             head.emit(f"store {ty} {head.zero(ty).ref}, ptr {local('~adj.' + name)}")
+        for h in self.loops:
+            head.emit(f"{local('~k.' + h)} = alloca i64")
         self._pop_frame(head)
         self.builder.declarations.update(body.declarations)
         self.builder.declarations.update(head.declarations)
@@ -269,16 +339,43 @@ class ReverseGenerator:
 
     def _needs_edge(self, b) -> bool:
         """Whether the edge into ``b`` must be recorded (it cannot be recomputed)."""
-        return len(self.cfg.preds(b.name)) > 1 and self.cfg.edge_condition(b.name) is None
+        return len(self.cfg.preds(b.name)) > 1 and b.name not in self.loops \
+            and self.cfg.edge_condition(b.name) is None
 
     def _edge_index(self, b) -> str:
         if self._needs_edge(b):
             return local("~edge." + b.name)
+        loop = self.loops.get(b.name)
+        if loop is not None:
+            # Count down: the first iteration came from the preheader.
+            e = self.e
+            preds = self.cfg.preds(b.name)
+            k = self._counter(b.name)
+            first = e.define("i1", f"icmp eq i64 {k.ref}, 0")
+            e.emit(f"store i64 {e.define('i64', f'sub i64 {k.ref}, 1').ref}, "
+                   f"ptr {local('~k.' + b.name)}")
+            return e.define("i32", f"select i1 {first.ref}, i32 {preds.index(loop.preheader)}, "
+                                   f"i32 {preds.index(loop.latch)}").ref
         br, if_true, if_false = self.cfg.edge_condition(b.name)
         preds = self.cfg.preds(b.name)
         cond = self.primal(br.operands[0], b.name)
         return self.e.define("i32", f"select i1 {cond.ref}, i32 {preds.index(if_true)}, "
                                     f"i32 {preds.index(if_false)}").ref
+
+    def _loop_entries(self, b) -> dict:
+        """pred -> [(header, count)]: loops the reverse sweep enters through
+        the edge pred -> b, with their recorded trip count."""
+        entries = {}
+        for pred in self.cfg.preds(b.name):
+            for h, loop in self.loops.items():
+                if pred in loop.body and b.name not in loop.body:
+                    count = self.primal(self.fn.defs[f"~ctr.{h}"].value, b.name)
+                    entries.setdefault(pred, []).append((h, count))
+        return entries
+
+    def _enter_loops(self, entries, pred):
+        for h, count in entries.get(pred, []):
+            self.e.emit(f"store i64 {count.ref}, ptr {local('~k.' + h)}")
 
     def _dispatch(self, b):
         e = self.e
@@ -286,10 +383,12 @@ class ReverseGenerator:
         if not preds:
             e.emit(f"br label {local('~exit')}")
             return
+        entries = self._loop_entries(b)
         phis = [i for i in b.instructions if i.opcode == "phi" and self.act.is_active(i.value)]
         incoming_adjoints = [(phi, self._take_adjoint(phi.value)) for phi in phis]
         if len(preds) == 1:
             self._transfer(incoming_adjoints, preds[0])
+            self._enter_loops(entries, preds[0])
             e.emit(f"br label {local('~rev.' + preds[0])}")
             return
         targets = [f"~rev.{b.name}.from.{i}" for i in range(len(preds))]
@@ -298,6 +397,7 @@ class ReverseGenerator:
         for target, pred in zip(targets, preds):
             e.label(target)
             self._transfer(incoming_adjoints, pred)
+            self._enter_loops(entries, pred)
             e.emit(f"br label {local('~rev.' + pred)}")
 
     def _transfer(self, incoming_adjoints, pred):
@@ -429,8 +529,15 @@ class ReverseGenerator:
                 edges = ", ".join(f"[ {self.cfg.preds(b.name).index(p)}, {local(p)} ]"
                                   for p in self.cfg.pred_edges[b.name])
                 e.emit(f"{local('~edge.' + b.name)} = phi i32 {edges}")
+            loop = self.loops.get(b.name)
+            if loop is not None:
+                counter = local(f"~ctr.{b.name}")
+                e.emit(f"{counter} = phi i64 [ 0, {local(loop.preheader)} ], "
+                       f"[ {local(f'~ctr.{b.name}.next')}, {local(loop.latch)} ]")
             for ins in b.instructions[:-1]:
                 self._forward_instruction(ins)
+            if loop is not None:
+                e.emit(f"{local(f'~ctr.{b.name}.next')} = add i64 {counter}, 1")
             for key in defined_in.get(b.name, []):
                 value = self._forward_value(key)
                 e.emit(f"store {self.frame[key]} {value}, ptr {local(slots[key])}")

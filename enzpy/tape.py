@@ -1,13 +1,13 @@
 """The tape: a LIFO byte stack passed as a hidden pointer to derivative functions.
 
-Layout ``{ ptr data, i64 top, i64 capacity }``; the capacity reached is the
-peak tape size a call reports. The augmented forward
+Layout ``{ ptr data, i64 top, i64 capacity, i64 peak }``; ``peak`` is the
+largest ``top`` of the call, which ``autodiff`` reports. The augmented forward
 reserves a block of slots per basic-block execution and stores into them; the
 reverse sweep releases the same block in reverse order. Growth (``realloc``) is
 the rare, out-of-line branch.
 """
 
-TAPE_TYPE = "{ ptr, i64, i64 }"
+TAPE_TYPE = "{ ptr, i64, i64, i64 }"
 SLOT = 8          # every recorded scalar takes one 8-byte slot
 PUSH = "enzpy.tape.reserve"
 POP = "enzpy.tape.release"
@@ -15,7 +15,7 @@ FREE = "enzpy.tape.free"
 ACQUIRE = "enzpy.tape.acquire"
 HEADER = 16                    # bytes before the data: the capacity, for reuse
 KEEP_LIMIT = 64 << 20          # a tape up to this size is kept for the next call
-CAPACITY_FIELD = 2
+PEAK_FIELD = 3
 
 # ``grow`` never sees the tape struct: with the struct only reached through
 # the (noalias) tape argument, LLVM keeps ``top``/``capacity`` in registers
@@ -61,6 +61,11 @@ grow:
   br label %ok
 ok:
   store i64 %new, ptr %topp
+  %peakp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 3
+  %peak = load i64, ptr %peakp
+  %higher = icmp ugt i64 %new, %peak
+  %np = select i1 %higher, i64 %new, i64 %peak
+  store i64 %np, ptr %peakp
   %data = load ptr, ptr %t
   %slot = getelementptr inbounds i8, ptr %data, i64 %top
   ret ptr %slot
