@@ -12,10 +12,15 @@ from functools import cached_property
 
 import networkx as nx
 
-from .ir import Function, contains_float
+from .ir import Function, contains_float, contains_pointer
 
 # Instructions whose result is a pointer into the same object as an operand.
 POINTER_PROPAGATING = ("getelementptr", "bitcast", "addrspacecast", "phi", "select", "freeze")
+# Numba runtime calls returning a new allocation (a meminfo) that gets a shadow allocation.
+ALLOCATORS = ("NRT_MemInfo_alloc_aligned", "NRT_MemInfo_alloc_safe_aligned",
+              "NRT_MemInfo_alloc", "NRT_MemInfo_alloc_safe", "NRT_MemInfo_new_varsize")
+# Numba runtime calls returning a pointer into their (first) argument's allocation.
+DERIVED_POINTERS = ("NRT_MemInfo_data_fast", "NRT_MemInfo_data")
 
 
 @dataclass
@@ -176,14 +181,42 @@ class Activity:
                         changed = True
 
     def _shadows(self, ins) -> bool:
-        if ins.type != "ptr":
+        if not contains_pointer(ins.type):
             return False
-        if ins.opcode == "alloca":
-            return contains_float(ins.source_type)
-        if ins.opcode in POINTER_PROPAGATING:
-            ops = [v for v, _ in ins.incoming] if ins.opcode == "phi" else ins.operands
-            return any(o.name in self.shadowed for o in ops if o.kind in ("inst", "arg"))
+        op = ins.opcode
+        if op == "alloca":
+            return contains_float(ins.source_type) or (
+                contains_pointer(ins.source_type) and not self._exception_slot(ins))
+        if op in POINTER_PROPAGATING or op == "insertvalue":
+            ops = [v for v, _ in ins.incoming] if op == "phi" else ins.operands
+            return any(self._shadowed_operand(o) for o in ops)
+        if op in ("load", "extractvalue"):
+            return self._shadowed_operand(ins.operands[0])
+        if op == "call":
+            if ins.callee in ALLOCATORS:
+                return True
+            if ins.callee in DERIVED_POINTERS:
+                return self._shadowed_operand(ins.operands[0])
         return False
+
+    def _shadowed_operand(self, o) -> bool:
+        return o.kind in ("inst", "arg") and o.name in self.shadowed
+
+    def _exception_slot(self, alloca) -> bool:
+        """Numba's per-call ``excinfo`` slots: passed as a call's second
+        argument, loaded, or set to null; they never hold differentiable data."""
+        for user in self.fn.users.get(alloca.name, ()):
+            if user.opcode == "load":
+                continue
+            if user.opcode == "store" and user.operands[1].name == alloca.name \
+                    and user.operands[0].ref == "null":
+                continue
+            if user.opcode == "call" and len(user.args) > 1 and \
+                    user.args[1].name == alloca.name and \
+                    all(a.name != alloca.name for i, a in enumerate(user.args) if i != 1):
+                continue
+            return False
+        return True
 
     def _varies(self, ins) -> bool:
         if not contains_float(ins.type):

@@ -106,13 +106,13 @@ class _Stopwatch:
 
 # -- the entry cache -------------------------------------------------------------
 class _Entry:
-    __slots__ = ("call", "active_positions", "report", "return_active")
+    __slots__ = ("call", "active_positions", "shadow_positions", "report")
 
-    def __init__(self, call, active_positions, report, return_active):
+    def __init__(self, call, active_positions, shadow_positions, report):
         self.call = call
         self.active_positions = active_positions
+        self.shadow_positions = shadow_positions
         self.report = report
-        self.return_active = return_active
 
 
 _entries: dict = {}
@@ -156,7 +156,36 @@ def _check_args(disp, annotated):
             if not isinstance(a.val, np.ndarray):
                 raise TypeError(f"argument {i}: Duplicated expects a numpy array and its "
                                 f"shadow, got {type(a.val).__name__}; use Active for scalars")
-            raise UnsupportedError(f"argument {i}: Duplicated arrays are not supported yet")
+            if a.val.dtype not in (np.float32, np.float64):
+                raise TypeError(f"argument {i}: Duplicated expects a float32 or float64 array, "
+                                f"got dtype {a.val.dtype}; pass integer arrays as Const")
+            if not isinstance(a.dval, np.ndarray):
+                raise TypeError(f"argument {i}: the shadow of a Duplicated array must be a "
+                                f"numpy array, got {type(a.dval).__name__}")
+    _check_shadows(annotated)
+
+
+def _check_shadows(args):
+    """Shadows must fit their arrays exactly: same shape, dtype and strides."""
+    for i, a in enumerate(args):
+        if type(a) is not Duplicated:
+            continue
+        x, dx = a.val, a.dval
+        if dx.shape != x.shape:
+            raise ValueError(f"argument {i}: the shadow's shape {dx.shape} does not fit the "
+                             f"array's shape {x.shape}")
+        if dx.dtype != x.dtype:
+            raise ValueError(f"argument {i}: the shadow's dtype {dx.dtype} does not fit the "
+                             f"array's dtype {x.dtype}")
+        if dx.strides != x.strides:
+            raise ValueError(f"argument {i}: the shadow's layout (strides {dx.strides}) does "
+                             f"not fit the array's layout (strides {x.strides}); make the "
+                             f"shadow the same way as the array, e.g. np.zeros_like(base)"
+                             f"[same slice]")
+        if not dx.flags.writeable:
+            raise ValueError(f"argument {i}: the shadow is read-only; it must be writeable")
+        if np.may_share_memory(x, dx):
+            raise ValueError(f"argument {i}: the shadow shares memory with the array")
 
 
 _SCALARS = {float, int, bool, np.float64, np.float32, np.int64, np.int32, np.int16,
@@ -175,7 +204,11 @@ def _signature_key(arg):
                             f"e.g. {arg.__name__}(x)")
         cls, value = Const, arg
     vt = type(value)
-    return (cls, vt) if vt in _SCALARS else (cls, numba.typeof(value))
+    if vt in _SCALARS:
+        return (cls, vt)
+    if cls is Duplicated:
+        return (cls, numba.typeof(value), numba.typeof(arg.dval))
+    return (cls, numba.typeof(value))
 
 
 def autodiff(mode, f, *args):
@@ -200,7 +233,11 @@ def autodiff(mode, f, *args):
             STATS.misses += 1
     else:
         STATS.hits += 1
-    out = entry.call(*[a.val if type(a) in _ANNOTATIONS else a for a in args])
+        if entry.shadow_positions:
+            _check_shadows(args)
+    values = [a.val if type(a) in _ANNOTATIONS else a for a in args]
+    values += [args[i].dval for i in entry.shadow_positions]
+    out = entry.call(*values)
     report = entry.report
     if out[-1] > report.peak_tape_bytes:
         report.peak_tape_bytes = out[-1]
@@ -236,33 +273,58 @@ def _build(disp, annotated, key) -> _Entry:
             model = read_module(module)
         report.primal_instructions = sum(
             len(b.instructions) for fn in model.functions.values() for b in fn.blocks)
-        activity = ["dup" if return_active else "const", "const"]
         ctx = cpu_target.target_context
-        for a, ty in zip(annotated, argtypes):
-            width = len(ctx.get_arg_packer([ty]).argument_types)
-            if isinstance(a, Active):
-                activity.append("active")
-            else:
-                activity.extend(["const"] * width)
+        activity, shadow_types = _activity(ctx, annotated, argtypes, return_active)
         with watch.stage("reverse"):
             builder = ModuleBuilder(model, lowered, blocks)
             root = builder.build(low.symbol, activity)
             entry_name = f"enzpy.entry.{next(backend._ids)}.{low.symbol}"
             ret_slot = _return_slot_type(ctx, restype)
-            text = builder.module_text(entry_function(entry_name, root, ret_slot, return_active))
+            text = builder.module_text(entry_function(
+                entry_name, root, ret_slot, return_active, _flat_types(ctx, shadow_types),
+                _ARRAY_SHADOWED_FIELDS))
         report.derivative_functions = len(builder.derivatives)
         report.module_bytes = len(text)
         with watch.stage("parse"):
             module = backend.prepare_module(text, entry_name)
         with watch.stage("codegen"):
             adjoint_types = [ty for a, ty in zip(annotated, argtypes) if isinstance(a, Active)]
-            call = backend.numba_entry(module, entry_name, argtypes, adjoint_types, restype)
+            call = backend.numba_entry(module, entry_name, argtypes + tuple(shadow_types),
+                                       adjoint_types, restype)
         positions = [i for i, a in enumerate(annotated) if isinstance(a, Active)]
-        entry = _Entry(call, positions, report, return_active)
+        shadows = [i for i, a in enumerate(annotated) if isinstance(a, Duplicated)]
+        entry = _Entry(call, positions, shadows, report)
         _entries[key] = entry
         _reports.setdefault(disp.py_func, []).append(report)
         log.info("built %s", report)
         return entry
+
+
+# Numba passes an array as (meminfo, parent, nitems, itemsize, data, shape..., strides...):
+# the meminfo and the data pointer get shadows.
+_ARRAY_SHADOWED_FIELDS = (0, 4)
+
+
+def _activity(ctx, annotated, argtypes, return_active):
+    """Activity of each LLVM parameter of the root function, and the shadow types."""
+    activity = ["dup" if return_active else "const", "const"]
+    shadow_types = []
+    for a, ty in zip(annotated, argtypes):
+        width = len(ctx.get_arg_packer([ty]).argument_types)
+        if isinstance(a, Active):
+            activity.append("active")
+        elif isinstance(a, Duplicated):
+            activity.extend("dup" if k in _ARRAY_SHADOWED_FIELDS else "const"
+                            for k in range(width))
+            shadow_types.append(numba.typeof(a.dval))
+        else:
+            activity.extend(["const"] * width)
+    return activity, shadow_types
+
+
+def _flat_types(ctx, numba_types):
+    """LLVM parameter types of the shadow arrays, per array."""
+    return [[str(t) for t in ctx.get_arg_packer([ty]).argument_types] for ty in numba_types]
 
 
 def _return_slot_type(ctx, restype) -> str:

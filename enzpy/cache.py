@@ -14,6 +14,7 @@ from . import rules
 from .errors import UnsupportedError
 from .ir import local
 from .reverse import FunctionDerivative, ReverseGenerator
+from .runtime import MEMORY_RUNTIME, RUNTIME_FUNCTIONS
 from .tape import ACQUIRE, FREE, PEAK_FIELD, RUNTIME, TAPE_TYPE
 
 _BLOCK_LABEL = re.compile(r"^B(\d+)")
@@ -42,7 +43,9 @@ class ModuleBuilder:
         self.original_blocks = original_blocks or {}
         self.lowered = lowered            # symbol -> frontend.Lowered
         self.derivatives = {}             # (symbol, activity) -> FunctionDerivative
-        self.declarations = {}
+        # The memory runtime zeroes shadows with memset.
+        self.declarations = {"llvm.memset.p0.i64":
+                             "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)"}
         self.texts = []
         self._pending = []
         self._lines = {}
@@ -109,24 +112,32 @@ class ModuleBuilder:
             existing |= {d.aug_name, d.rev_name}
         decls = [text for name, text in self.declarations.items()
                  if name not in existing and name not in _RUNTIME_NAMES]
-        return "\n".join([primal, RUNTIME, *decls, *self.texts, entry])
+        return "\n".join([primal, RUNTIME, MEMORY_RUNTIME, *decls, *self.texts, entry])
 
 
-_RUNTIME_NAMES = {"realloc", "free", "calloc", "enzpy.tape.grow", "enzpy.tape.reserve",
+_RUNTIME_NAMES = RUNTIME_FUNCTIONS | {"realloc", "free", "calloc", "enzpy.tape.grow", "enzpy.tape.reserve",
                   "enzpy.tape.release", "enzpy.tape.free", "enzpy.tape.acquire"}
 
 
-def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active) -> str:
-    """``i32 name(ptr out, ptr excinfo, args...)``: forward, seed, reverse, free.
+def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
+                   shadow_arrays=(), shadowed_fields=(0, 4)) -> str:
+    """``i32 name(ptr out, ptr excinfo, args..., shadow arrays...)``: forward,
+    seed, reverse, free.
 
-    ``out`` receives ``{ adjoints..., primal, i64 peak tape bytes }``.
+    ``out`` receives ``{ adjoints..., primal, i64 peak tape bytes }``;
+    ``shadow_arrays`` lists the LLVM parameter types of each shadow array, whose
+    ``shadowed_fields`` are the shadows of the root's 'dup' parameters, in order.
     """
     fn = root.fn
     user = fn.args[2:]
-    params = ", ".join(f"{a.type} {local(a.name)}" for a in user)
+    shadow_params = [(t, f"%s{j}.{k}") for j, types_ in enumerate(shadow_arrays)
+                     for k, t in enumerate(types_)]
+    params = ", ".join([f"{a.type} {local(a.name)}" for a in user]
+                       + [f"{t} {ref}" for t, ref in shadow_params])
     args = [f"ptr %ret", "ptr %excinfo"] + [f"{a.type} {local(a.name)}" for a in user]
     if return_active:
         args.append("ptr %shadow.ret")
+    args += [f"ptr %s{j}.{k}" for j in range(len(shadow_arrays)) for k in shadowed_fields]
     args.append("ptr %tape")
     argtext = ", ".join(args)
     adj_types = [a.type for a in root.adjoint_args]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from llvmlite import binding as llvm
 
@@ -27,6 +28,10 @@ def local(name: str) -> str:
 
 def is_float_type(ty: str) -> bool:
     return ty in FLOAT_TYPES
+
+
+def contains_pointer(ty: str) -> bool:
+    return re.search(r"\bptr\b", ty) is not None
 
 
 def contains_float(ty: str) -> bool:
@@ -113,6 +118,17 @@ class Function:
     @property
     def entry(self) -> Block:
         return self.blocks[0]
+
+    @cached_property
+    def users(self) -> dict:
+        """value name -> instructions using it."""
+        table = {}
+        for b in self.blocks:
+            for ins in b.instructions:
+                for o in ins.operands:
+                    if o.kind in ("inst", "arg"):
+                        table.setdefault(o.name, []).append(ins)
+        return table
 
 
 @dataclass

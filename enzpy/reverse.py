@@ -20,11 +20,11 @@ from __future__ import annotations
 import re
 
 from . import rules
-from .analysis import Activity, ControlFlow, POINTER_PROPAGATING
+from .analysis import ALLOCATORS, DERIVED_POINTERS, Activity, ControlFlow, POINTER_PROPAGATING
 from .emitter import Emitter
 from .errors import UnsupportedError
-from .ir import Instruction, Value, contains_float, is_float_type, local
-from .tape import POP, PUSH, slot_bytes
+from .ir import Instruction, Value, contains_float, contains_pointer, is_float_type, local
+from .tape import POP, PUSH, SINK, slot_bytes
 
 RECOMPUTABLE = {
     "fadd", "fsub", "fmul", "fneg", "add", "sub", "mul", "shl", "lshr", "ashr", "and", "or", "xor", "udiv", "sdiv",
@@ -130,6 +130,7 @@ class ReverseGenerator:
                         f"(`{ins.text}`){self._where(ins)}")
                 if ins.opcode == "call" and not self._is_derivative_call(ins) \
                         and not rules.INACTIVE_CALLS.match(ins.callee) \
+                        and not rules.MEMORY_CALLS.match(ins.callee) \
                         and any(self.act.is_shadowed(a) for a in ins.args):
                     raise UnsupportedError(
                         f"call to '{ins.callee or 'an indirect function'}' with "
@@ -199,8 +200,11 @@ class ReverseGenerator:
     def _storage(self, key, ins) -> str:
         if key[0] == "p" and ins.opcode in RECOMPUTABLE:
             return "recompute"
-        if key[0] == "s" and ins.opcode in ("getelementptr", "bitcast", "select",
-                                            "addrspacecast", "freeze"):
+        if key[0] == "s" and (ins.opcode in ("getelementptr", "bitcast", "select", "freeze",
+                                             "addrspacecast", "insertvalue", "extractvalue")
+                              or ins.callee in DERIVED_POINTERS):
+            return "recompute"
+        if key[0] == "p" and ins.callee in DERIVED_POINTERS:
             return "recompute"
         return "push" if ins.block.name in self.cfg.loop_blocks else "frame"
 
@@ -211,11 +215,28 @@ class ReverseGenerator:
         return self._fetch(("p", v.name), ins, block, depth)
 
     def shadow(self, v: Value, block, depth=0) -> Value:
-        if v.kind == "arg":
-            return Value(local(shadow_name(v.name)), "ptr", "arg", shadow_name(v.name))
+        if v.kind == "arg" and v.name in self.act.shadowed:
+            return Value(local(shadow_name(v.name)), v.type, "arg", shadow_name(v.name))
         if v.kind != "inst" or v.name not in self.act.shadowed:
-            return Value("null", "ptr", "const")
+            return null_shadow(v.type)
         return self._fetch(("s", v.name), self.fn.defs[v.name], block, depth)
+
+    def guard(self, ptr: Value) -> Value:
+        """``ptr``, or a scratch buffer when it is null: a shadow pointer may be
+        null when its primal points to memory that carries no derivative."""
+        if ptr.ref == "null" or self._never_null(ptr):
+            return ptr if ptr.ref != "null" else Value(f"@{SINK}", "ptr", "global")
+        e = self.e
+        is_null = e.define("i1", f"icmp eq ptr {ptr.ref}, null")
+        return e.define("ptr", f"select i1 {is_null.ref}, ptr @{SINK}, ptr {ptr.ref}")
+
+    def _never_null(self, ptr: Value) -> bool:
+        name = ptr.name[len("~s."):] if ptr.name.startswith("~s.") else None
+        ins = self.fn.defs.get(name) if name else None
+        while ins is not None and ins.opcode in ("getelementptr", "bitcast"):
+            base = ins.operands[0]
+            ins = self.fn.defs.get(base.name) if base.kind == "inst" else None
+        return ins is not None and (ins.opcode == "alloca" or ins.callee in ALLOCATORS)
 
     def _fetch(self, key, ins, block, depth):
         iv = self.inductions.get(key[1]) if key[0] == "p" else None
@@ -259,8 +280,11 @@ class ReverseGenerator:
     def _recompute(self, key, ins, block, depth) -> Value:
         e = self.e
         if key[0] == "s":
-            return e.define("ptr", self._shadow_text(ins, lambda v: self.primal(v, block, depth),
-                                                     lambda v: self.shadow(v, block, depth)))
+            return e.define(ins.type, self._shadow_text(
+                ins, lambda v: self.primal(v, block, depth), lambda v: self.shadow(v, block, depth)))
+        if ins.opcode == "call":
+            return e.define(ins.type, f'call {ins.type} @"{ins.callee}"('
+                            + ", ".join(self.primal(o, block, depth).typed() for o in ins.args) + ")")
         ops = [self.primal(o, block, depth) for o in ins.operands]
         return e.define(ins.type, _rewrite(ins, ops))
 
@@ -435,7 +459,10 @@ class ReverseGenerator:
         if op == "store":
             value, ptr = ins.operands
             if self.act.is_shadowed(ptr) and contains_float(value.type):
-                sp = self.shadow(ptr, block)
+                if contains_pointer(value.type):
+                    raise UnsupportedError(f"a store of a value holding both floats and "
+                                           f"pointers (`{ins.text}`){self._where(ins)}")
+                sp = self.guard(self.shadow(ptr, block))
                 if self.act.is_active(value):
                     self._accumulate(value, e.define(value.type, f"load {value.type}, ptr {sp.ref}, align 1"))
                 e.emit(f"store {value.type} {e.zero(value.type).ref}, ptr {sp.ref}, align 1")
@@ -443,11 +470,13 @@ class ReverseGenerator:
         if op == "call" and self._is_derivative_call(ins):
             self._reverse_call(ins, block)
             return
+        if op == "call" and self._reverse_runtime_call(ins, block):
+            return
         if not ins.name or not self.act.is_active(ins.value):
             return
         adj = self._take_adjoint(ins.value)
         if op == "load":
-            sp = self.shadow(ins.operands[0], block)
+            sp = self.guard(self.shadow(ins.operands[0], block))
             old = e.define(ins.type, f"load {ins.type}, ptr {sp.ref}, align 1")
             e.emit(f"store {ins.type} {add_values(e, old, adj).ref}, ptr {sp.ref}, align 1")
         elif op in ("fpext", "fptrunc"):
@@ -473,6 +502,63 @@ class ReverseGenerator:
         else:
             raise UnsupportedError(f"no derivative rule for instruction `{ins.text}`"
                                    f"{self._where(ins)}")
+
+    def _reverse_runtime_call(self, ins, block) -> bool:
+        """Reverse of Numba runtime calls and memory intrinsics; False if ``ins`` is none."""
+        e, callee = self.e, ins.callee
+        if callee in ("NRT_decref", "NRT_Free"):
+            # The forward sweep postponed the free to here, after every use.
+            p = ins.args[0]
+            e.call(callee, "void", [self.primal(p, block)])
+            if self.act.is_shadowed(p):
+                e.call(callee, "void", [self.shadow(p, block)])
+            return True
+        if callee.startswith("llvm.memset") and self.act.is_shadowed(ins.args[0]):
+            e.call("enzpy.memzero", "void", [self.shadow(ins.args[0], block),
+                                             self.primal(ins.args[2], block)])
+            return True
+        if callee.startswith(("llvm.memcpy", "llvm.memmove")) and (
+                self.act.is_shadowed(ins.args[0]) or self.act.is_shadowed(ins.args[1])):
+            if self._holds_pointers(ins.args[0]):
+                return True
+            elt = self._float_element(ins)
+            e.call(f"enzpy.memcpy.adjoint.{elt}", "void",
+                   [self.shadow(ins.args[0], block), self.shadow(ins.args[1], block),
+                    self.primal(ins.args[2], block)])
+            return True
+        return False
+
+    def _root(self, v: Value):
+        """The allocation, argument or load a pointer is derived from, as
+        (kind, name, instruction or None)."""
+        while v.kind == "inst":
+            ins = self.fn.defs[v.name]
+            if ins.opcode in ("getelementptr", "bitcast", "addrspacecast", "freeze"):
+                v = ins.operands[0]
+            else:
+                return ("inst", ins.name, ins)
+        return (v.kind, v.name or v.ref, None)
+
+    def _holds_pointers(self, ptr: Value) -> bool:
+        root = self._root(ptr)[2]
+        return root is not None and root.opcode == "alloca" and \
+            contains_pointer(root.source_type) and not contains_float(root.source_type)
+
+    def _float_element(self, ins) -> str:
+        """The float type a memcpy moves, from the loads and stores on its operands."""
+        roots = {self._root(a)[:2] for a in ins.args[:2]}
+        found = set()
+        for b in self.fn.blocks:
+            for other in b.instructions:
+                if other.opcode in ("load", "store"):
+                    ptr = other.operands[0] if other.opcode == "load" else other.operands[1]
+                    ty = other.type if other.opcode == "load" else other.operands[0].type
+                    if is_float_type(ty) and self._root(ptr)[:2] in roots:
+                        found.add(ty)
+        if len(found) != 1:
+            raise UnsupportedError(f"cannot tell which float type `{ins.text}` copies"
+                                   f"{self._where(ins)}")
+        return found.pop()
 
     def _apply_rule(self, ins, adj, block):
         e = self.e
@@ -565,24 +651,57 @@ class ReverseGenerator:
             e.emit(f"{local(ins.name)} = call {ins.type} @\"{callee.aug_name}\"({argtext})"
                    if ins.name else f"call {ins.type} @\"{callee.aug_name}\"({argtext})")
             return
+        if ins.opcode == "call" and ins.callee in ("NRT_decref", "NRT_Free"):
+            return      # postponed to the matching point of the reverse sweep
         e.emit(_strip_metadata(ins.text))
-        if ins.type == "ptr" and ins.name in self.act.shadowed:
+        if ins.opcode == "store":
+            value, ptr = ins.operands
+            if self.act.is_shadowed(ptr) and contains_pointer(value.type):
+                # Shadow memory mirrors pointers with their shadows.
+                addr = self.guard(self.forward_shadow(ptr))
+                e.emit(f"store {value.type} {self.forward_shadow(value).ref}, "
+                       f"ptr {addr.ref}, align 1")
+        elif ins.opcode == "call":
+            self._forward_runtime_call(ins)
+        if ins.name in self.act.shadowed:
             sname = local(shadow_name(ins.name))
             if ins.opcode == "alloca":
                 size = e.define("ptr", f"getelementptr {ins.source_type}, ptr null, i32 1")
                 nbytes = e.cast("ptrtoint", size, "i64")
                 e.emit(f"{sname} = call ptr @calloc(i64 1, i64 {nbytes.ref})")
+            elif ins.callee in ALLOCATORS:
+                args = ", ".join(a.typed() for a in ins.args)
+                e.emit(f'{sname} = call ptr @"{ins.callee}"({args})')
+                data = e.call("NRT_MemInfo_data_fast", "ptr", [Value(sname, "ptr", "inst")])
+                e.emit(f"call void @llvm.memset.p0.i64(ptr {data.ref}, i8 0, "
+                       f"{ins.args[0].typed()}, i1 false)")
             else:
                 e.emit(f"{sname} = " + self._shadow_text(ins, lambda v: v, self.forward_shadow))
 
+    def _forward_runtime_call(self, ins):
+        """Shadow bookkeeping for Numba runtime calls and memory intrinsics."""
+        e = self.e
+        callee = ins.callee
+        if callee == "NRT_incref" and self.act.is_shadowed(ins.args[0]):
+            e.emit(f'call void @"NRT_incref"(ptr {self.forward_shadow(ins.args[0]).ref})')
+        elif callee.startswith(("llvm.memset", "llvm.memcpy", "llvm.memmove")):
+            dst = ins.args[0]
+            if self.act.is_shadowed(dst) and self._holds_pointers(dst):
+                args = [self.guard(self.forward_shadow(dst)).typed()]
+                src = ins.args[1]
+                args.append(self.guard(self.forward_shadow(src)).typed()
+                            if callee.startswith(("llvm.memcpy", "llvm.memmove")) else src.typed())
+                args += [a.typed() for a in ins.args[2:]]
+                e.emit(f'call void @"{callee}"({", ".join(args)})')
+
     def forward_shadow(self, v: Value) -> Value:
         if v.kind in ("inst", "arg") and v.name in self.act.shadowed:
-            return Value(local(shadow_name(v.name)), "ptr", v.kind)
-        return Value("null", "ptr", "const")
+            return Value(local(shadow_name(v.name)), v.type, v.kind, shadow_name(v.name))
+        return null_shadow(v.type)
 
     def _shadow_text(self, ins, primal, shadow) -> str:
         """The same address computation as ``ins``, on shadow pointers."""
-        op = ins.opcode
+        op, ty = ins.opcode, ins.type
         if op == "getelementptr":
             base, *idx = ins.operands
             flags = "inbounds " if " inbounds " in ins.text else ""
@@ -590,12 +709,26 @@ class ReverseGenerator:
             return f"getelementptr {flags}{ins.source_type}, ptr {shadow(base).ref}{indices}"
         if op == "select":
             c, a, b = ins.operands
-            return f"select i1 {primal(c).ref}, ptr {shadow(a).ref}, ptr {shadow(b).ref}"
+            return f"select i1 {primal(c).ref}, {ty} {shadow(a).ref}, {ty} {shadow(b).ref}"
         if op == "phi":
             inc = ", ".join(f"[ {shadow(v).ref}, {local(blk)} ]" for v, blk in ins.incoming)
-            return f"phi ptr {inc}"
+            return f"phi {ty} {inc}"
+        if op == "load":
+            addr = self.guard(shadow(ins.operands[0]))
+            return f"load {ty}, ptr {addr.ref}, align 1"
+        if op == "extractvalue":
+            agg = ins.operands[0]
+            return f"extractvalue {agg.type} {shadow(agg).ref}, {', '.join(map(str, ins.indices))}"
+        if op == "insertvalue":
+            agg, elt = ins.operands
+            elt_shadow = shadow(elt) if contains_pointer(elt.type) else elt
+            return (f"insertvalue {ty} {shadow(agg).ref}, {elt.type} {elt_shadow.ref}, "
+                    f"{', '.join(map(str, ins.indices))}")
+        if op == "call" and ins.callee in DERIVED_POINTERS:
+            addr = self.guard(shadow(ins.operands[0]))
+            return f'call ptr @"{ins.callee}"(ptr {addr.ref})'
         if op in POINTER_PROPAGATING:
-            return f"{op} ptr {shadow(ins.operands[0]).ref} to ptr"
+            return f"{op} {ins.operands[0].type} {shadow(ins.operands[0]).ref} to {ty}"
         raise UnsupportedError(f"cannot build the shadow of `{ins.text}`{self._where(ins)}")
 
     def _push_block(self, b):
@@ -622,6 +755,10 @@ class ReverseGenerator:
             e.emit(f"store {ty} {v.ref}, ptr {_at(e, slot, offset)}, align 8")
             offset += slot_bytes(ty)
         e.emit(f"store i32 {self.cfg.exits.index(b.name)}, ptr {_at(e, slot, offset)}, align 8")
+
+
+def null_shadow(ty: str) -> Value:
+    return Value("null" if ty == "ptr" else "zeroinitializer", ty, "const")
 
 
 def _at(e: Emitter, base: Value, offset: int) -> str:

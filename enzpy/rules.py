@@ -113,6 +113,12 @@ INACTIVE_CALLS = re.compile(
     r"^(NRT_(incref|decref|MemInfo_call_dtor)|numba_gil_(ensure|release)|"
     r"llvm\.(lifetime|assume|dbg|expect|invariant|sideeffect|experimental\.noalias)\b)")
 
+# Runtime calls on memory whose shadows the transformation itself maintains
+# (see reverse.py): reference counts, allocation data pointers, bulk copies.
+MEMORY_CALLS = re.compile(
+    r"^(NRT_(incref|decref|Free|MemInfo_data_fast|MemInfo_data|MemInfo_alloc\w*)|"
+    r"llvm\.(memset|memcpy|memmove)\.)")
+
 _INTRINSIC_NAME = re.compile(r"^llvm\.([a-z0-9_]+?)(\.[a-z]\w*)*$")
 
 

@@ -13,6 +13,7 @@ PUSH = "enzpy.tape.reserve"
 POP = "enzpy.tape.release"
 FREE = "enzpy.tape.free"
 ACQUIRE = "enzpy.tape.acquire"
+SINK = "enzpy.sink"             # scratch memory standing in for a null shadow
 HEADER = 16                    # bytes before the data: the capacity, for reuse
 KEEP_LIMIT = 64 << 20          # a tape up to this size is kept for the next call
 PEAK_FIELD = 3
@@ -82,6 +83,7 @@ define internal ptr @{POP}(ptr noalias %t, i64 %n) alwaysinline {{
 }}
 
 @enzpy.tape.spare = internal global ptr null
+@{SINK} = internal global [1024 x i8] zeroinitializer, align 64
 
 ; Start a call's tape on the buffer the previous call left, if any.
 define internal void @{ACQUIRE}(ptr %t) {{

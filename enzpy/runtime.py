@@ -1,0 +1,61 @@
+"""Small IR helpers the derivative code calls: adjoints of bulk memory operations.
+
+A null shadow pointer means the memory carries no derivative: the helpers then
+do nothing to it.
+"""
+
+FLOAT_BYTES = {"double": 8, "float": 4}
+
+
+def _memcpy_adjoint(ty: str) -> str:
+    size = FLOAT_BYTES[ty]
+    return f"""
+; The reverse of memcpy(dst, src, n) on {ty} data: src' += dst'; dst' = 0.
+define internal void @enzpy.memcpy.adjoint.{ty}(ptr %dst, ptr %src, i64 %n) {{
+entry:
+  %count = udiv i64 %n, {size}
+  %dst_null = icmp eq ptr %dst, null
+  br i1 %dst_null, label %exit, label %check_src
+check_src:
+  %src_null = icmp eq ptr %src, null
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %check_src ], [ %next, %latch ]
+  %done = icmp uge i64 %i, %count
+  br i1 %done, label %exit, label %body
+body:
+  %pd = getelementptr {ty}, ptr %dst, i64 %i
+  %d = load {ty}, ptr %pd
+  store {ty} 0.0, ptr %pd
+  br i1 %src_null, label %latch, label %accumulate
+accumulate:
+  %ps = getelementptr {ty}, ptr %src, i64 %i
+  %s = load {ty}, ptr %ps
+  %t = fadd {ty} %s, %d
+  store {ty} %t, ptr %ps
+  br label %latch
+latch:
+  %next = add i64 %i, 1
+  br label %loop
+exit:
+  ret void
+}}
+"""
+
+
+MEMORY_RUNTIME = _memcpy_adjoint("double") + _memcpy_adjoint("float") + """
+; The reverse of memset(dst, _, n): the overwritten bytes carry no adjoint.
+define internal void @enzpy.memzero(ptr %dst, i64 %n) {
+entry:
+  %null = icmp eq ptr %dst, null
+  br i1 %null, label %exit, label %zero
+zero:
+  call void @llvm.memset.p0.i64(ptr %dst, i8 0, i64 %n, i1 false)
+  br label %exit
+exit:
+  ret void
+}
+"""
+
+RUNTIME_FUNCTIONS = {"enzpy.memcpy.adjoint.double", "enzpy.memcpy.adjoint.float",
+                     "enzpy.memzero"}
