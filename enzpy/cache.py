@@ -12,7 +12,9 @@ import threading
 
 from . import rules
 from .errors import UnsupportedError
+from .frontend import demangle
 from .ir import local
+from .custom import custom_function, xxdot_derivative
 from .reverse import FunctionDerivative, ReverseGenerator
 from .runtime import MEMORY_RUNTIME, RUNTIME_FUNCTIONS
 from .tape import ACQUIRE, FREE, PEAK_FIELD, RUNTIME, TAPE_TYPE
@@ -44,13 +46,29 @@ class ModuleBuilder:
         self.lowered = lowered            # symbol -> frontend.Lowered
         self.derivatives = {}             # (symbol, activity) -> FunctionDerivative
         # The memory runtime zeroes shadows with memset.
-        self.declarations = {"llvm.memset.p0.i64":
-                             "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)"}
+        self.declarations = {
+            "llvm.memset.p0.i64": "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
+            "llvm.memcpy.p0.p0.i64": "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"}
         self.texts = []
         self._pending = []
         self._lines = {}
+        self._elements = {}
 
     # -- queries from the generators ------------------------------------------
+    def differentiable_callee(self, name) -> bool:
+        """Calls to this function are differentiated through its own aug/rev pair."""
+        return name in self.module.functions or custom_function(name) is not None
+
+    def data_pointer_type(self, symbol, index):
+        """The float element type of parameter ``index`` of ``symbol``, if an array's data."""
+        low = self.lowered.get(symbol)
+        if low is None:
+            return None
+        if symbol not in self._elements:
+            from numba.core.registry import cpu_target
+            self._elements[symbol] = low.data_pointer_types(cpu_target.target_context)
+        return self._elements[symbol].get(index)
+
     def call_propagates(self, ins) -> bool:
         """Whether a call's float result depends on its float arguments."""
         if rules.INACTIVE_CALLS.match(ins.callee):
@@ -61,7 +79,7 @@ class ModuleBuilder:
         key = (symbol, tuple(activity))
         found = self.derivatives.get(key)
         if found is None:
-            fn = self.module.functions.get(symbol)
+            fn = self.module.functions.get(symbol) or custom_function(symbol)
             if fn is None:
                 raise UnsupportedError(f"the IR of called function '{symbol}' is not available")
             found = FunctionDerivative(fn, activity, len(self.derivatives))
@@ -77,7 +95,7 @@ class ModuleBuilder:
         block = self.original_blocks.get(symbol, {}).get(ins.name) or (
             ins.block.name if ins.block else "")
         low = self.lowered.get(symbol)
-        name = low.name if low is not None else symbol
+        name = low.name if low is not None else demangle(symbol)
         text = f" in function '{name}'"
         if low is not None:
             if symbol not in self._lines:
@@ -93,7 +111,10 @@ class ModuleBuilder:
         root = self.derivative(symbol, activity)
         while self._pending:
             deriv = self._pending.pop()
-            self.texts.append(ReverseGenerator(self, deriv, self.describe).generate())
+            if deriv.fn.blocks:
+                self.texts.append(ReverseGenerator(self, deriv, self.describe).generate())
+            else:
+                self.texts.append(xxdot_derivative(deriv))
         with STATS.lock:
             for key in self.derivatives:
                 STATS.keys.add(key)

@@ -90,6 +90,15 @@ class Lowered:
         blocks = getattr(self.cres.type_annotation, "blocks", None) or {}
         return {f"B{label}": blk.loc.line for label, blk in blocks.items()}
 
+    def data_pointer_types(self, ctx) -> dict:
+        """LLVM parameter index -> element type, for float arrays' data pointers."""
+        table, index = {}, 2          # after retptr and excinfo
+        for ty in self.argtypes:
+            if isinstance(ty, types.Array) and isinstance(ty.dtype, types.Float):
+                table[index + 4] = "double" if ty.dtype.bitwidth == 64 else "float"
+            index += len(ctx.get_arg_packer([ty]).argument_types)
+        return table
+
     def callees(self):
         """(dispatcher, argtypes) of the Numba functions this one calls."""
         found = []
@@ -108,6 +117,24 @@ class Lowered:
                             if tuple(sig.args) in disp.overloads:
                                 found.append((disp, tuple(sig.args)))
         return found
+
+
+_MANGLED_PART = re.compile(r"(\d+)")
+
+
+def demangle(symbol: str) -> str:
+    """A readable name for a Numba-mangled symbol (``_ZN5numba2np...``)."""
+    if not symbol.startswith("_ZN"):
+        return symbol
+    parts, i = [], 3
+    while i < len(symbol) and symbol[i].isdigit():
+        m = _MANGLED_PART.match(symbol, i)
+        n = int(m.group(1))
+        start = m.end()
+        parts.append(symbol[start:start + n])
+        i = start + n
+    name = ".".join(parts) or symbol
+    return re.sub(r"_([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), name)
 
 
 def lower(dispatcher, argtypes) -> Lowered:

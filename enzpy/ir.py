@@ -142,8 +142,20 @@ _CALL_RE = re.compile(r'call\s.*?@("(?:[^"\\]|\\.)*"|[-\w.$]+)\s*\(')
 _PRED_RE = re.compile(r"^\s*(?:%\S+\s*=\s*)?[fi]cmp\s+(?:\w+\s+)*?(oeq|ogt|oge|olt|ole|one|ord|ueq|ugt|uge|ult|ule|une|uno|true|false|eq|ne|sgt|sge|slt|sle)\b")
 _AGG_IDX_RE = re.compile(r"((?:,\s*\d+)+)\s*(?:,\s*!.*)?$")
 _GEP_RE = re.compile(r"getelementptr\s+(?:inbounds\s+|nuw\s+|nusw\s+|inrange\(\S+\)\s+)*(.+?),\s*ptr\b")
-_ALLOCA_RE = re.compile(r"alloca\s+(?:inalloca\s+)?(.+?)(?:,\s*(?:align|i\d+)\b.*)?$")
 _CASE_RE = re.compile(r"(\w+\s+-?\d+|\w+\s+true|\w+\s+false),\s*label\s+%(\"(?:[^\"\\]|\\.)*\"|[-\w.$]+)")
+
+
+def leading_type(text: str) -> str:
+    """The type at the start of ``text`` (up to the first top-level comma)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "{[<(":
+            depth += 1
+        elif ch in "}]>)":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            return text[:i].strip()
+    return text.strip()
 
 
 def _unquote(name: str) -> str:
@@ -181,7 +193,10 @@ def read_instruction(ins) -> Instruction:
     elif opcode == "getelementptr":
         node.source_type = _GEP_RE.search(text).group(1)
     elif opcode == "alloca":
-        node.source_type = _ALLOCA_RE.search(text.split("=", 1)[1]).group(1).strip()
+        rest = text.split("=", 1)[1].strip()[len("alloca"):].strip()
+        if rest.startswith("inalloca "):
+            rest = rest[len("inalloca "):]
+        node.source_type = leading_type(rest)
     elif opcode == "call":
         callee = operands[-1]
         node.callee = callee.name if callee.kind == "global" else ""

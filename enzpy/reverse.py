@@ -21,6 +21,7 @@ import re
 
 from . import rules
 from .analysis import ALLOCATORS, DERIVED_POINTERS, Activity, ControlFlow, POINTER_PROPAGATING
+from .custom import BLAS_UNSUPPORTED
 from .emitter import Emitter
 from .errors import UnsupportedError
 from .ir import Instruction, Value, contains_float, contains_pointer, is_float_type, local
@@ -134,7 +135,7 @@ class ReverseGenerator:
                         and any(self.act.is_shadowed(a) for a in ins.args):
                     raise UnsupportedError(
                         f"call to '{ins.callee or 'an indirect function'}' with "
-                        f"differentiable memory{self._where(ins)}")
+                        f"differentiable memory{self._where(ins)}{_explain(ins.callee)}")
 
     def _find_inductions(self) -> dict:
         """Integer phis ``i = phi [init, preheader], [i +/- step, latch]`` of
@@ -182,7 +183,7 @@ class ReverseGenerator:
 
     def _is_derivative_call(self, ins) -> bool:
         """A call to a Numba function that must be differentiated itself."""
-        return ins.opcode == "call" and ins.callee in self.builder.module.functions and any(
+        return ins.opcode == "call" and self.builder.differentiable_callee(ins.callee) and any(
             self.act.is_shadowed(a) or self.act.is_active(a) for a in ins.args)
 
     def _callee_activity(self, ins):
@@ -555,6 +556,13 @@ class ReverseGenerator:
                     ty = other.type if other.opcode == "load" else other.operands[0].type
                     if is_float_type(ty) and self._root(ptr)[:2] in roots:
                         found.add(ty)
+        if not found:
+            for kind, name, _ in (self._root(a) for a in ins.args[:2]):
+                if kind == "arg":
+                    index = [a.name for a in self.fn.args].index(name)
+                    ty = self.builder.data_pointer_type(self.fn.name, index)
+                    if ty:
+                        found.add(ty)
         if len(found) != 1:
             raise UnsupportedError(f"cannot tell which float type `{ins.text}` copies"
                                    f"{self._where(ins)}")
@@ -755,6 +763,13 @@ class ReverseGenerator:
             e.emit(f"store {ty} {v.ref}, ptr {_at(e, slot, offset)}, align 8")
             offset += slot_bytes(ty)
         e.emit(f"store i32 {self.cfg.exits.index(b.name)}, ptr {_at(e, slot, offset)}, align 8")
+
+
+def _explain(callee: str) -> str:
+    if callee in BLAS_UNSUPPORTED:
+        return ("; this is BLAS, which Numba calls for np.dot / @ on 2-D arrays: enzpy has "
+                "no derivative for it yet (write the product as loops)")
+    return ""
 
 
 def null_shadow(ty: str) -> Value:

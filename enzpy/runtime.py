@@ -59,3 +59,34 @@ exit:
 
 RUNTIME_FUNCTIONS = {"enzpy.memcpy.adjoint.double", "enzpy.memcpy.adjoint.float",
                      "enzpy.memzero"}
+
+
+def _axpy(ty: str) -> str:
+    return f"""
+; y += alpha * x over n {ty}s; nothing when y is null (no shadow).
+define internal void @enzpy.axpy.{ty}(i64 %n, {ty} %alpha, ptr %x, ptr %y) {{
+entry:
+  %null = icmp eq ptr %y, null
+  br i1 %null, label %exit, label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %body ]
+  %done = icmp sge i64 %i, %n
+  br i1 %done, label %exit, label %body
+body:
+  %px = getelementptr {ty}, ptr %x, i64 %i
+  %py = getelementptr {ty}, ptr %y, i64 %i
+  %vx = load {ty}, ptr %px
+  %vy = load {ty}, ptr %py
+  %m = fmul {ty} %alpha, %vx
+  %s = fadd {ty} %vy, %m
+  store {ty} %s, ptr %py
+  %next = add i64 %i, 1
+  br label %loop
+exit:
+  ret void
+}}
+"""
+
+
+MEMORY_RUNTIME += _axpy("double") + _axpy("float")
+RUNTIME_FUNCTIONS |= {"enzpy.axpy.double", "enzpy.axpy.float"}

@@ -1,0 +1,76 @@
+"""Hand-written aug/rev pairs for runtime functions that have no IR to differentiate.
+
+Numba sends ``np.dot`` of two 1-D float arrays to BLAS through ``numba_xxdot``;
+its derivative is written here directly in IR, in the calling convention of the
+generated derivatives (primal arguments, shadows of the 'dup' ones, the tape).
+"""
+from __future__ import annotations
+
+from .ir import Function, Value, local
+from .tape import POP, PUSH
+
+# numba_xxdot(kind, conjugate, n, a, b, out) -> status; kind is 'd' (100) or 's' (115).
+_XXDOT_PARAMS = [("i8", "kind"), ("i8", "conj"), ("i64", "n"),
+                 ("ptr", "a"), ("ptr", "b"), ("ptr", "out")]
+BLAS_UNSUPPORTED = ("numba_xxgemm", "numba_xxgemv", "numba_xxger", "numba_xxgesv")
+
+
+def custom_function(name: str):
+    """A signature-only Function model for a runtime function with a custom derivative."""
+    if name != "numba_xxdot":
+        return None
+    args = [Value(local(n), t, "arg", n) for t, n in _XXDOT_PARAMS]
+    return Function(name, "i32", args, [])
+
+
+def xxdot_derivative(deriv) -> str:
+    """The aug/rev pair of ``numba_xxdot`` for the activity of ``deriv``."""
+    shadows = {name: (f'%"~s.{name}"' if act == "dup" else "null")
+               for (_, name), act in zip(_XXDOT_PARAMS, deriv.activity)}
+    params = ", ".join(deriv.params)
+    sizes = """  %is_double = icmp eq i8 %kind, 100
+  %size = select i1 %is_double, i64 8, i64 4
+  %bytes = mul i64 %n, %size
+  %twice = shl i64 %bytes, 1
+  %padded = add i64 %twice, 7
+  %total = and i64 %padded, -8"""
+    aug = f"""
+define internal i32 @"{deriv.aug_name}"({params}) {{
+entry:
+  %status = call i32 @numba_xxdot(i8 %kind, i8 %conj, i64 %n, ptr %a, ptr %b, ptr %out)
+{sizes}
+  %slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 %total)
+  call void @llvm.memcpy.p0.p0.i64(ptr %slot, ptr %a, i64 %bytes, i1 false)
+  %bcopy = getelementptr i8, ptr %slot, i64 %bytes
+  call void @llvm.memcpy.p0.p0.i64(ptr %bcopy, ptr %b, i64 %bytes, i1 false)
+  ret i32 %status
+}}
+"""
+    dout = shadows["out"]
+    rev = f"""
+define internal void @"{deriv.rev_name}"({params}) {{
+entry:
+{sizes}
+  %slot = call ptr @{POP}(ptr %"enzpy.tape", i64 %total)
+  %bcopy = getelementptr i8, ptr %slot, i64 %bytes
+  %no_out = icmp eq ptr {dout}, null
+  br i1 %no_out, label %done, label %has_out
+has_out:
+  br i1 %is_double, label %double, label %float
+double:
+  %gd = load double, ptr {dout}
+  store double 0.0, ptr {dout}
+  call void @enzpy.axpy.double(i64 %n, double %gd, ptr %bcopy, ptr {shadows["a"]})
+  call void @enzpy.axpy.double(i64 %n, double %gd, ptr %slot, ptr {shadows["b"]})
+  br label %done
+float:
+  %gf = load float, ptr {dout}
+  store float 0.0, ptr {dout}
+  call void @enzpy.axpy.float(i64 %n, float %gf, ptr %bcopy, ptr {shadows["a"]})
+  call void @enzpy.axpy.float(i64 %n, float %gf, ptr %slot, ptr {shadows["b"]})
+  br label %done
+done:
+  ret void
+}}
+"""
+    return aug + rev
