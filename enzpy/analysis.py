@@ -162,6 +162,9 @@ class Activity:
     def is_active(self, value) -> bool:
         return value.kind in ("inst", "arg") and value.name in self.active
 
+    def is_varied(self, value) -> bool:
+        return value.kind in ("inst", "arg") and value.name in self.varied
+
     def is_shadowed(self, value) -> bool:
         return value.kind in ("inst", "arg") and value.name in self.shadowed
 
@@ -255,3 +258,126 @@ class Activity:
             for o in ops:
                 mark(o)
         return useful
+
+
+# Calls that never write memory through their pointer arguments.
+_NON_WRITING_CALLS = ("NRT_incref", "NRT_decref", "NRT_MemInfo_data_fast", "NRT_MemInfo_data",
+                      "llvm.lifetime", "llvm.assume", "llvm.smax", "llvm.smin", "llvm.umax",
+                      "llvm.umin", "llvm.abs", "llvm.expect")
+# Pointer arguments a runtime call writes through (all others are only read).
+_WRITTEN_ARGS = {"numba_xxdot": (5,), "llvm.memset": (0,), "llvm.memcpy": (0,),
+                 "llvm.memmove": (0,)}
+
+
+def pointer_roots(fn: Function, value, seen=None) -> set:
+    """Where a pointer comes from: ('arg', index), ('local', name) for allocas and
+    allocations, or ('unknown', name) for pointers loaded from memory."""
+    if value.kind == "arg":
+        return {("arg", [a.name for a in fn.args].index(value.name))}
+    if value.kind != "inst":
+        return set()
+    seen = set() if seen is None else seen
+    if value.name in seen:
+        return set()
+    seen.add(value.name)
+    ins = fn.defs[value.name]
+    if ins.opcode in ("getelementptr", "bitcast", "addrspacecast", "freeze"):
+        return pointer_roots(fn, ins.operands[0], seen)
+    if ins.opcode in ("phi", "select"):
+        ops = [v for v, _ in ins.incoming] if ins.opcode == "phi" else ins.operands[1:]
+        return set().union(*(pointer_roots(fn, o, seen) for o in ops))
+    if ins.opcode == "alloca" or ins.callee in ALLOCATORS:
+        return {("local", ins.name)}
+    if ins.callee in DERIVED_POINTERS:
+        return pointer_roots(fn, ins.operands[0], seen)
+    return {("unknown", ins.name)}
+
+
+class ReadOnlyMemory:
+    """Which memory no code writes while a derivative runs.
+
+    A load from such memory is re-executed by the reverse sweep instead of
+    being recorded on the tape. Writes are tracked through the call graph
+    (a callee writing through its parameter writes the caller's root); a write
+    through a pointer of unknown origin makes no memory read-only.
+    """
+
+    def __init__(self, module):
+        self.module = module
+        self.roots = {}
+        self.written = {name: set() for name in module.functions}
+        self.unknown_write = False
+        self._propagate_writes()
+        self.readonly = {name: {r for r in self._all_roots(fn) if r not in self.written[name]}
+                         for name, fn in module.functions.items()}
+        self._propagate_call_sites()
+
+    def _roots(self, fn, value):
+        key = (fn.name, value.ref)
+        if key not in self.roots:
+            self.roots[key] = pointer_roots(fn, value)
+        return self.roots[key]
+
+    def _all_roots(self, fn):
+        found = {("arg", i) for i, a in enumerate(fn.args) if a.type == "ptr"}
+        for b in fn.blocks:
+            for ins in b.instructions:
+                if ins.opcode == "alloca" or ins.callee in ALLOCATORS:
+                    found.add(("local", ins.name))
+        return found
+
+    def _writes(self, fn):
+        """(pointer operand) for every write in ``fn``, callees' params included."""
+        for b in fn.blocks:
+            for ins in b.instructions:
+                if ins.opcode == "store":
+                    yield ins.operands[1]
+                elif ins.opcode == "call":
+                    callee = ins.callee
+                    if callee in self.module.functions:
+                        for j in self.written[callee]:
+                            if j[0] == "arg" and j[1] < len(ins.args):
+                                yield ins.args[j[1]]
+                        continue
+                    if callee.startswith(_NON_WRITING_CALLS):
+                        continue
+                    written = next((idx for prefix, idx in _WRITTEN_ARGS.items()
+                                    if callee.startswith(prefix)), None)
+                    for k, a in enumerate(ins.args):
+                        if a.type == "ptr" and (written is None or k in written):
+                            yield a
+
+    def _propagate_writes(self):
+        changed = True
+        while changed:
+            changed = False
+            for name, fn in self.module.functions.items():
+                for ptr in self._writes(fn):
+                    for root in self._roots(fn, ptr):
+                        if root[0] == "unknown":
+                            self.unknown_write = True
+                        elif root not in self.written[name]:
+                            self.written[name].add(root)
+                            changed = True
+
+    def _propagate_call_sites(self):
+        """A callee's parameter is read-only only if every caller passes read-only memory."""
+        changed = True
+        while changed:
+            changed = False
+            for name, fn in self.module.functions.items():
+                for b in fn.blocks:
+                    for ins in b.instructions:
+                        if ins.opcode != "call" or ins.callee not in self.module.functions:
+                            continue
+                        callee_ro = self.readonly[ins.callee]
+                        for k, a in enumerate(ins.args):
+                            if ("arg", k) in callee_ro and not self.is_readonly(fn, a):
+                                callee_ro.discard(("arg", k))
+                                changed = True
+
+    def is_readonly(self, fn, ptr) -> bool:
+        if self.unknown_write:
+            return False
+        roots = self._roots(fn, ptr)
+        return bool(roots) and all(r in self.readonly[fn.name] for r in roots)

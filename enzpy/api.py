@@ -106,13 +106,15 @@ class _Stopwatch:
 
 # -- the entry cache -------------------------------------------------------------
 class _Entry:
-    __slots__ = ("call", "active_positions", "shadow_positions", "report")
+    __slots__ = ("call", "active_positions", "shadow_positions", "report", "alias_checks")
 
-    def __init__(self, call, active_positions, shadow_positions, report):
+    def __init__(self, call, active_positions, shadow_positions, report, alias_checks):
         self.call = call
         self.active_positions = active_positions
         self.shadow_positions = shadow_positions
         self.report = report
+        # (written, re-read) argument pairs that must not share memory
+        self.alias_checks = alias_checks
 
 
 _entries: dict = {}
@@ -236,6 +238,12 @@ def autodiff(mode, f, *args):
         if entry.shadow_positions:
             _check_shadows(args)
     values = [a.val if type(a) in _ANNOTATIONS else a for a in args]
+    for written, reread in entry.alias_checks:
+        if np.may_share_memory(values[written], values[reread]):
+            raise ValueError(
+                f"arguments {written} and {reread} share memory: the function writes "
+                f"argument {written}, and the derivative reads argument {reread} again "
+                f"during the reverse sweep; pass distinct arrays")
     values += [args[i].dval for i in entry.shadow_positions]
     out = entry.call(*values)
     report = entry.report
@@ -293,7 +301,8 @@ def _build(disp, annotated, key) -> _Entry:
                                        adjoint_types, restype)
         positions = [i for i, a in enumerate(annotated) if isinstance(a, Active)]
         shadows = [i for i, a in enumerate(annotated) if isinstance(a, Duplicated)]
-        entry = _Entry(call, positions, shadows, report)
+        entry = _Entry(call, positions, shadows, report,
+                       _alias_checks(ctx, builder.readonly, low.symbol, argtypes))
         _entries[key] = entry
         _reports.setdefault(disp.py_func, []).append(report)
         log.info("built %s", report)
@@ -320,6 +329,20 @@ def _activity(ctx, annotated, argtypes, return_active):
         else:
             activity.extend(["const"] * width)
     return activity, shadow_types
+
+
+def _alias_checks(ctx, readonly, symbol, argtypes):
+    """Pairs (written array argument, re-read array argument) to check per call."""
+    if readonly.unknown_write:
+        return []
+    owner, index = {}, 2
+    for pos, ty in enumerate(argtypes):
+        width = len(ctx.get_arg_packer([ty]).argument_types)
+        owner.update({index + k: pos for k in range(width)})
+        index += width
+    arrays = {pos for pos, ty in enumerate(argtypes) if isinstance(ty, types.Array)}
+    written = {owner[i] for kind, i in readonly.written[symbol] if kind == "arg" and i in owner}
+    return [(w, r) for w in sorted(written & arrays) for r in sorted(arrays - written)]
 
 
 def _flat_types(ctx, numba_types):

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import re
 import threading
+from functools import cached_property
 
 from . import rules
 from .errors import UnsupportedError
 from .frontend import demangle
 from .ir import local
-from .custom import custom_function, xxdot_derivative
+from .analysis import ReadOnlyMemory
+from .custom import custom_derivative, custom_function
 from .reverse import FunctionDerivative, ReverseGenerator
 from .runtime import MEMORY_RUNTIME, RUNTIME_FUNCTIONS
 from .tape import ACQUIRE, FREE, PEAK_FIELD, RUNTIME, TAPE_TYPE
@@ -48,16 +50,22 @@ class ModuleBuilder:
         # The memory runtime zeroes shadows with memset.
         self.declarations = {
             "llvm.memset.p0.i64": "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
-            "llvm.memcpy.p0.p0.i64": "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"}
+            "llvm.memcpy.p0.p0.i64": "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
+            "llvm.pow.f64": "declare double @llvm.pow.f64(double, double)",
+            "llvm.pow.f32": "declare float @llvm.pow.f32(float, float)"}
         self.texts = []
         self._pending = []
         self._lines = {}
         self._elements = {}
 
     # -- queries from the generators ------------------------------------------
+    @cached_property
+    def readonly(self) -> ReadOnlyMemory:
+        return ReadOnlyMemory(self.module)
+
     def differentiable_callee(self, name) -> bool:
         """Calls to this function are differentiated through its own aug/rev pair."""
-        return name in self.module.functions or custom_function(name) is not None
+        return name in self.module.functions or custom_function(name, self.module) is not None
 
     def data_pointer_type(self, symbol, index):
         """The float element type of parameter ``index`` of ``symbol``, if an array's data."""
@@ -79,7 +87,7 @@ class ModuleBuilder:
         key = (symbol, tuple(activity))
         found = self.derivatives.get(key)
         if found is None:
-            fn = self.module.functions.get(symbol) or custom_function(symbol)
+            fn = custom_function(symbol, self.module) or self.module.functions.get(symbol)
             if fn is None:
                 raise UnsupportedError(f"the IR of called function '{symbol}' is not available")
             found = FunctionDerivative(fn, activity, len(self.derivatives))
@@ -114,7 +122,7 @@ class ModuleBuilder:
             if deriv.fn.blocks:
                 self.texts.append(ReverseGenerator(self, deriv, self.describe).generate())
             else:
-                self.texts.append(xxdot_derivative(deriv))
+                self.texts.append(custom_derivative(deriv))
         with STATS.lock:
             for key in self.derivatives:
                 STATS.keys.add(key)

@@ -15,12 +15,67 @@ _XXDOT_PARAMS = [("i8", "kind"), ("i8", "conj"), ("i64", "n"),
 BLAS_UNSUPPORTED = ("numba_xxgemm", "numba_xxgemv", "numba_xxger", "numba_xxgesv")
 
 
-def custom_function(name: str):
-    """A signature-only Function model for a runtime function with a custom derivative."""
-    if name != "numba_xxdot":
-        return None
-    args = [Value(local(n), t, "arg", n) for t, n in _XXDOT_PARAMS]
-    return Function(name, "i32", args, [])
+def custom_function(name: str, module=None):
+    """A signature-only Function model for a function with a hand-written derivative."""
+    if name == "numba_xxdot":
+        args = [Value(local(n), t, "arg", n) for t, n in _XXDOT_PARAMS]
+        return Function(name, "i32", args, [])
+    if "int_power_impl" in name and module is not None and name in module.functions:
+        fn = module.functions[name]
+        if len(fn.args) == 4 and fn.args[2].type in ("double", "float") and \
+                fn.args[3].type.startswith("i"):
+            return Function(name, "i32", fn.args, [])
+    return None
+
+
+def custom_derivative(deriv) -> str:
+    if deriv.fn.name == "numba_xxdot":
+        return xxdot_derivative(deriv)
+    return int_power_derivative(deriv)
+
+
+def int_power_derivative(deriv) -> str:
+    """Numba's ``int_power(a, n)`` helper (``x ** n`` with an integer n): its
+    loop of squarings is replaced by the rule d(a^n)/da = n a^(n-1)."""
+    retptr, excinfo, a, n = deriv.fn.args
+    ty = a.type
+    sfx = "f64" if ty == "double" else "f32"
+    params = ", ".join(deriv.params)
+    args = f"ptr {retptr.ref}, ptr {excinfo.ref}, {ty} {a.ref}, {n.type} {n.ref}"
+    aug = f"""
+define internal i32 @"{deriv.aug_name}"({params}) {{
+  %status = call i32 @"{deriv.fn.name}"({args})
+  ret i32 %status
+}}
+"""
+    active = deriv.activity[2] == "active"
+    dup_ret = deriv.activity[0] == "dup"
+    if not active:
+        return aug + f"""
+define internal void @"{deriv.rev_name}"({params}) {{
+  {f'store {ty} 0.0, ptr %"~s.{retptr.name}"' if dup_ret else ""}
+  ret void
+}}
+"""
+    if dup_ret:
+        shadow = f'%"~s.{retptr.name}"'
+        seed = f"%adj = load {ty}, ptr {shadow}\n  store {ty} 0.0, ptr {shadow}"
+    else:
+        seed = f"%adj = fadd {ty} 0.0, 0.0"
+    return aug + f"""
+define internal {{ {ty} }} @"{deriv.rev_name}"({params}) {{
+  {seed}
+  %nf = sitofp {n.type} {n.ref} to {ty}
+  %nm1 = fsub {ty} %nf, 1.0
+  %p = call {ty} @llvm.pow.{sfx}({ty} {a.ref}, {ty} %nm1)
+  %d = fmul {ty} %nf, %p
+  %n_is_zero = icmp eq {n.type} {n.ref}, 0
+  %d0 = select i1 %n_is_zero, {ty} 0.0, {ty} %d
+  %g = fmul {ty} %adj, %d0
+  %r = insertvalue {{ {ty} }} undef, {ty} %g, 0
+  ret {{ {ty} }} %r
+}}
+"""
 
 
 def xxdot_derivative(deriv) -> str:

@@ -25,7 +25,7 @@ from .custom import BLAS_UNSUPPORTED
 from .emitter import Emitter
 from .errors import UnsupportedError
 from .ir import Instruction, Value, contains_float, contains_pointer, is_float_type, local
-from .tape import POP, PUSH, SINK, slot_bytes
+from .tape import POP, PUSH, SINK_READ, SINK_WRITE, slot_bytes
 
 RECOMPUTABLE = {
     "fadd", "fsub", "fmul", "fneg", "add", "sub", "mul", "shl", "lshr", "ashr", "and", "or", "xor", "udiv", "sdiv",
@@ -124,11 +124,12 @@ class ReverseGenerator:
                         and b is not self.fn.entry:
                     raise UnsupportedError(
                         f"alloca of float memory outside the entry block{self._where(ins)}")
-                if ins.opcode == "store" and self.act.is_active(ins.operands[0]) \
+                if ins.opcode == "store" and self.act.is_varied(ins.operands[0]) \
                         and not self.act.is_shadowed(ins.operands[1]):
                     raise UnsupportedError(
-                        f"an active value is stored to memory without a shadow "
-                        f"(`{ins.text}`){self._where(ins)}")
+                        f"a value that depends on the differentiated inputs is stored to "
+                        f"memory without a shadow (`{ins.text}`){self._where(ins)}: pass "
+                        f"the array it writes as Duplicated(array, zero shadow), not Const")
                 if ins.opcode == "call" and not self._is_derivative_call(ins) \
                         and not rules.INACTIVE_CALLS.match(ins.callee) \
                         and not rules.MEMORY_CALLS.match(ins.callee) \
@@ -178,8 +179,13 @@ class ReverseGenerator:
         if iv is not None and block in self.loops[iv[0]].body:
             return self._induction_free(iv[1], block, depth + 1) and \
                 self._induction_free(iv[2], block, depth + 1)
-        return ins.opcode in RECOMPUTABLE and all(
+        return (ins.opcode in RECOMPUTABLE or self._rereadable(ins)) and all(
             self._induction_free(o, block, depth + 1) for o in ins.operands)
+
+    def _rereadable(self, ins) -> bool:
+        """A load from memory nothing writes during the call: the reverse
+        sweep reads it again instead of recording it."""
+        return ins.opcode == "load" and self.builder.readonly.is_readonly(self.fn, ins.operands[0])
 
     def _is_derivative_call(self, ins) -> bool:
         """A call to a Numba function that must be differentiated itself."""
@@ -199,7 +205,7 @@ class ReverseGenerator:
 
     # -- where the reverse gets primal values --------------------------------
     def _storage(self, key, ins) -> str:
-        if key[0] == "p" and ins.opcode in RECOMPUTABLE:
+        if key[0] == "p" and (ins.opcode in RECOMPUTABLE or self._rereadable(ins)):
             return "recompute"
         if key[0] == "s" and (ins.opcode in ("getelementptr", "bitcast", "select", "freeze",
                                              "addrspacecast", "insertvalue", "extractvalue")
@@ -222,14 +228,18 @@ class ReverseGenerator:
             return null_shadow(v.type)
         return self._fetch(("s", v.name), self.fn.defs[v.name], block, depth)
 
-    def guard(self, ptr: Value) -> Value:
-        """``ptr``, or a scratch buffer when it is null: a shadow pointer may be
-        null when its primal points to memory that carries no derivative."""
-        if ptr.ref == "null" or self._never_null(ptr):
-            return ptr if ptr.ref != "null" else Value(f"@{SINK}", "ptr", "global")
+    def guard(self, ptr: Value, write=False) -> Value:
+        """``ptr``, or scratch memory when it is null: a shadow pointer is null
+        when its primal points to memory that carries no derivative. Reads then
+        see zeros (a buffer never written); writes go to a second buffer."""
+        sink = Value(f"@{SINK_WRITE if write else SINK_READ}", "ptr", "global")
+        if ptr.ref == "null":
+            return sink
+        if self._never_null(ptr):
+            return ptr
         e = self.e
         is_null = e.define("i1", f"icmp eq ptr {ptr.ref}, null")
-        return e.define("ptr", f"select i1 {is_null.ref}, ptr @{SINK}, ptr {ptr.ref}")
+        return e.define("ptr", f"select i1 {is_null.ref}, ptr {sink.ref}, ptr {ptr.ref}")
 
     def _never_null(self, ptr: Value) -> bool:
         name = ptr.name[len("~s."):] if ptr.name.startswith("~s.") else None
@@ -283,6 +293,9 @@ class ReverseGenerator:
         if key[0] == "s":
             return e.define(ins.type, self._shadow_text(
                 ins, lambda v: self.primal(v, block, depth), lambda v: self.shadow(v, block, depth)))
+        if ins.opcode == "load":
+            addr = self.primal(ins.operands[0], block, depth)
+            return e.define(ins.type, f"load {ins.type}, ptr {addr.ref}")
         if ins.opcode == "call":
             return e.define(ins.type, f'call {ins.type} @"{ins.callee}"('
                             + ", ".join(self.primal(o, block, depth).typed() for o in ins.args) + ")")
@@ -463,10 +476,12 @@ class ReverseGenerator:
                 if contains_pointer(value.type):
                     raise UnsupportedError(f"a store of a value holding both floats and "
                                            f"pointers (`{ins.text}`){self._where(ins)}")
-                sp = self.guard(self.shadow(ptr, block))
+                sp = self.shadow(ptr, block)
                 if self.act.is_active(value):
-                    self._accumulate(value, e.define(value.type, f"load {value.type}, ptr {sp.ref}, align 1"))
-                e.emit(f"store {value.type} {e.zero(value.type).ref}, ptr {sp.ref}, align 1")
+                    self._accumulate(value, e.define(
+                        value.type, f"load {value.type}, ptr {self.guard(sp).ref}, align 1"))
+                e.emit(f"store {value.type} {e.zero(value.type).ref}, "
+                       f"ptr {self.guard(sp, write=True).ref}, align 1")
             return
         if op == "call" and self._is_derivative_call(ins):
             self._reverse_call(ins, block)
@@ -477,9 +492,10 @@ class ReverseGenerator:
             return
         adj = self._take_adjoint(ins.value)
         if op == "load":
-            sp = self.guard(self.shadow(ins.operands[0], block))
-            old = e.define(ins.type, f"load {ins.type}, ptr {sp.ref}, align 1")
-            e.emit(f"store {ins.type} {add_values(e, old, adj).ref}, ptr {sp.ref}, align 1")
+            sp = self.shadow(ins.operands[0], block)
+            old = e.define(ins.type, f"load {ins.type}, ptr {self.guard(sp).ref}, align 1")
+            e.emit(f"store {ins.type} {add_values(e, old, adj).ref}, "
+                   f"ptr {self.guard(sp, write=True).ref}, align 1")
         elif op in ("fpext", "fptrunc"):
             src = ins.operands[0]
             back = "fptrunc" if op == "fpext" else "fpext"
@@ -666,7 +682,7 @@ class ReverseGenerator:
             value, ptr = ins.operands
             if self.act.is_shadowed(ptr) and contains_pointer(value.type):
                 # Shadow memory mirrors pointers with their shadows.
-                addr = self.guard(self.forward_shadow(ptr))
+                addr = self.guard(self.forward_shadow(ptr), write=True)
                 e.emit(f"store {value.type} {self.forward_shadow(value).ref}, "
                        f"ptr {addr.ref}, align 1")
         elif ins.opcode == "call":
@@ -695,7 +711,7 @@ class ReverseGenerator:
         elif callee.startswith(("llvm.memset", "llvm.memcpy", "llvm.memmove")):
             dst = ins.args[0]
             if self.act.is_shadowed(dst) and self._holds_pointers(dst):
-                args = [self.guard(self.forward_shadow(dst)).typed()]
+                args = [self.guard(self.forward_shadow(dst), write=True).typed()]
                 src = ins.args[1]
                 args.append(self.guard(self.forward_shadow(src)).typed()
                             if callee.startswith(("llvm.memcpy", "llvm.memmove")) else src.typed())

@@ -13,7 +13,8 @@ PUSH = "enzpy.tape.reserve"
 POP = "enzpy.tape.release"
 FREE = "enzpy.tape.free"
 ACQUIRE = "enzpy.tape.acquire"
-SINK = "enzpy.sink"             # scratch memory standing in for a null shadow
+SINK_READ = "enzpy.zeros"       # reads through a null shadow land here (never written)
+SINK_WRITE = "enzpy.trash"      # writes through a null shadow land here
 HEADER = 16                    # bytes before the data: the capacity, for reuse
 KEEP_LIMIT = 64 << 20          # a tape up to this size is kept for the next call
 PEAK_FIELD = 3
@@ -83,7 +84,8 @@ define internal ptr @{POP}(ptr noalias %t, i64 %n) alwaysinline {{
 }}
 
 @enzpy.tape.spare = internal global ptr null
-@{SINK} = internal global [1024 x i8] zeroinitializer, align 64
+@{SINK_READ} = internal constant [1024 x i8] zeroinitializer, align 64
+@{SINK_WRITE} = internal global [1024 x i8] zeroinitializer, align 64
 
 ; Start a call's tape on the buffer the previous call left, if any.
 define internal void @{ACQUIRE}(ptr %t) {{
