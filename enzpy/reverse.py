@@ -820,8 +820,8 @@ def _rewrite(ins, ops) -> str:
     if op in ("trunc", "zext", "sext", "sitofp", "uitofp", "fptosi", "fptoui", "fpext",
               "fptrunc", "bitcast", "ptrtoint", "inttoptr"):
         return f"{op} {t[0]} to {ins.type}"
-    if op == "freeze":
-        return f"freeze {t[0]}"
+    if op in ("freeze", "fneg"):
+        return f"{op} {t[0]}"
     # binary operators, keeping flags such as nsw / exact
     flags = re.match(r"^\s*%\S+\s*=\s*\w+((?:\s+(?:nsw|nuw|exact|disjoint))*)", ins.text)
     return f"{op}{flags.group(1) if flags else ''} {t[0]}, {ops[1].ref}"
