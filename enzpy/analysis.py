@@ -7,6 +7,8 @@ that carries derivatives: a Duplicated argument or a float-holding alloca.
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -381,3 +383,71 @@ class ReadOnlyMemory:
             return False
         roots = self._roots(fn, ptr)
         return bool(roots) and all(r in self.readonly[fn.name] for r in roots)
+
+
+def split_loop_exits(fn: Function):
+    """Give every loop exit edge a block of its own (LLVM's "dedicated exits").
+
+    The block runs once per exit, so the loop's trip count can be recorded
+    there even when the exit target is shared with other paths (an outer loop's
+    header, a common return). Done once per function, before any derivative.
+    """
+    if getattr(fn, "_exits_split", False):
+        return
+    fn._exits_split = True
+    cfg = ControlFlow(fn)
+    new_blocks = []
+    for h, latches in _back_edges(cfg).items():
+        body = _loop_body(cfg, h, latches)
+        for x in sorted(body):
+            for y in list(dict.fromkeys(fn.block_map[x].successors)):
+                if y in body or cfg.dominates(h, y):
+                    continue
+                new_blocks.append(_split_edge(fn, x, y))
+    if new_blocks:
+        fn.blocks.extend(new_blocks)
+        fn.__post_init__()
+        fn.__dict__.pop("users", None)
+
+
+def _back_edges(cfg) -> dict:
+    back = {}
+    for u, h in cfg.graph.edges:
+        if cfg.dominates(h, u):
+            back.setdefault(h, []).append(u)
+    return back
+
+
+def _loop_body(cfg, header, latches) -> set:
+    body, stack = {header}, list(latches)
+    while stack:
+        n = stack.pop()
+        if n not in body:
+            body.add(n)
+            stack.extend(cfg.graph.predecessors(n))
+    return body
+
+
+def _split_edge(fn, x, y):
+    from .ir import Block, Instruction, local
+    name = f"~exit.{x}.{y}"
+    term = fn.block_map[x].terminator
+    term.text = re.sub(r"label %(?:\"" + re.escape(y) + r"\"|" + re.escape(y) + r")(?=[\s,\]]|$)",
+                       "label " + local(name), term.text)
+    term.targets = [name if t == y else t for t in term.targets]
+    term.cases = [(c, name if t == y else t) for c, t in term.cases]
+    for ins in fn.block_map[y].instructions:
+        if ins.opcode != "phi":
+            break
+        kept, moved = [], None
+        for value, blk in ins.incoming:
+            if blk == x:
+                moved = value
+            else:
+                kept.append((value, blk))
+        ins.incoming = kept + [(moved, name)]
+        ins.operands = [v for v, _ in ins.incoming]
+        arms = ", ".join(f"[ {v.ref}, {local(b)} ]" for v, b in ins.incoming)
+        ins.text = f"{local(ins.name)} = phi {ins.type} {arms}"
+    br = Instruction("", "br", "void", [], f"br label {local(y)}", targets=[y])
+    return Block(name, [br])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import logging
 import threading
 import time
@@ -291,6 +292,8 @@ def _build(disp, annotated, key) -> _Entry:
             text = builder.module_text(entry_function(
                 entry_name, root, ret_slot, return_active, _flat_types(ctx, shadow_types),
                 _ARRAY_SHADOWED_FIELDS))
+        _dump(disp, "primal", model.text)
+        _dump(disp, "derivative", text)
         report.derivative_functions = len(builder.derivatives)
         report.module_bytes = len(text)
         with watch.stage("parse"):
@@ -348,6 +351,16 @@ def _alias_checks(ctx, readonly, symbol, argtypes):
 def _flat_types(ctx, numba_types):
     """LLVM parameter types of the shadow arrays, per array."""
     return [[str(t) for t in ctx.get_arg_packer([ty]).argument_types] for ty in numba_types]
+
+
+def _dump(disp, stage, text):
+    """With ENZPY_DUMP=<folder>, write each stage's IR there (``f.primal.ll``, ...)."""
+    folder = os.environ.get("ENZPY_DUMP")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{disp.py_func.__name__}.{stage}.ll")
+        with open(path, "w") as fh:
+            fh.write(text)
 
 
 def _return_slot_type(ctx, restype) -> str:

@@ -15,7 +15,7 @@ from . import rules
 from .errors import UnsupportedError
 from .frontend import demangle
 from .ir import local
-from .analysis import ReadOnlyMemory
+from .analysis import ReadOnlyMemory, split_loop_exits
 from .custom import custom_derivative, custom_function
 from .reverse import FunctionDerivative, ReverseGenerator
 from .runtime import MEMORY_RUNTIME, RUNTIME_FUNCTIONS
@@ -90,6 +90,7 @@ class ModuleBuilder:
             fn = custom_function(symbol, self.module) or self.module.functions.get(symbol)
             if fn is None:
                 raise UnsupportedError(f"the IR of called function '{symbol}' is not available")
+            split_loop_exits(fn)
             found = FunctionDerivative(fn, activity, len(self.derivatives))
             self.derivatives[key] = found
             self._pending.append(found)
