@@ -1,0 +1,336 @@
+"""Arrays and memory: Duplicated arrays, in-place writes, allocation, array expressions."""
+import math
+
+import numpy as np
+import pytest
+from numba import njit
+from numba.core.runtime import _nrt_python, rtsys
+
+import enzpy
+from enzpy import Active, Const, Duplicated, Reverse, ReverseWithPrimal, autodiff
+
+
+def fd_gradient(f, args, wrt, h=1e-6):
+    """Central differences of scalar f(*args) with respect to the array args[wrt]."""
+    base = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    x = base[wrt]
+    grad = np.zeros(x.shape)
+    for idx in np.ndindex(*x.shape):
+        vals = []
+        for sign in (1, -1):
+            trial = [a.copy() if isinstance(a, np.ndarray) else a for a in base]
+            trial[wrt][idx] += sign * h
+            vals.append(f(*trial))
+        grad[idx] = (vals[0] - vals[1]) / (2 * h)
+    return grad
+
+
+def gradient(f, args, wrt, mode=Reverse):
+    """enzpy's gradient of f w.r.t. the array args[wrt] (inputs are not modified)."""
+    work = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    shadow = np.zeros_like(work[wrt])
+    annotated = [Duplicated(a, shadow) if i == wrt else Const(a) for i, a in enumerate(work)]
+    out = autodiff(mode, f, *annotated)
+    return shadow, out
+
+
+def check(f, args, wrt=0, rtol=1e-5, atol=1e-7):
+    got, _ = gradient(f, args, wrt)
+    np.testing.assert_allclose(got, fd_gradient(f, args, wrt), rtol=rtol, atol=atol)
+
+
+X = np.linspace(0.1, 1.3, 7)
+
+
+@njit
+def sum_of_squares(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] ** 2
+    return s
+
+
+@njit
+def in_place_map(x):
+    for i in range(x.shape[0]):
+        x[i] = math.sin(x[i]) * 2.0
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * x[i]
+    return s
+
+
+@njit
+def stencil(u, steps):
+    n = u.shape[0]
+    for _ in range(steps):
+        for i in range(1, n - 1):
+            u[i] = u[i] + 0.1 * (u[i - 1] - 2.0 * u[i] + u[i + 1]) * u[i]
+    return (u ** 2).sum()
+
+
+@njit
+def temporaries(x):
+    y = np.zeros(x.shape[0])
+    z = np.ones_like(x)
+    w = np.empty_like(x)
+    for i in range(x.shape[0]):
+        y[i] = x[i] * 3.0
+        w[i] = y[i] * z[i] + x[i] ** 2
+    return w.sum() + np.copy(x).sum() * x.copy()[2]
+
+
+@njit
+def array_expression(x, y):
+    return (np.sin(x) * y + x ** 2).sum()
+
+
+@njit
+def slices_and_views(x):
+    v = x[1:5]
+    w = x[::2]
+    return (v * v).sum() + w.sum() * x[2:].sum()
+
+
+@njit
+def dot_1d(x, y):
+    return np.dot(x, y) + np.dot(x, x)
+
+
+@njit
+def affine(x):
+    return x * 2.0 + 1.0
+
+
+@njit
+def uses_returned_array(x):
+    y = affine(x)
+    return (y * y).sum()
+
+
+@njit
+def grid_sum(a):
+    s = 0.0
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            s += math.exp(a[i, j]) * (i + 1) * a[i, j]
+    return s
+
+
+@pytest.mark.parametrize("f, args", [
+    (sum_of_squares, [X]),
+    (in_place_map, [X]),
+    (stencil, [X, 4]),
+    (stencil, [X, 0]),
+    (stencil, [X, 1]),
+    (temporaries, [X]),
+    (array_expression, [X, X + 1.0]),
+    (slices_and_views, [X]),
+    (dot_1d, [X, X[::-1].copy()]),
+    (uses_returned_array, [X]),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_gradient_matches_finite_differences(f, args):
+    check(f, args)
+
+
+def test_second_argument_of_array_expression():
+    check(array_expression, [X, X + 1.0], wrt=1)
+
+
+def test_dot_wrt_second_operand_float32():
+    x = X.astype(np.float32)
+    y = (X[::-1] + 0.5).astype(np.float32)
+    got, _ = gradient(dot_1d, [x, y], wrt=1)
+    np.testing.assert_allclose(got, x, rtol=1e-6)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_two_dimensional_layouts(order):
+    a = np.asarray(np.linspace(0.1, 1.2, 12).reshape(3, 4), order=order)
+    check(grid_sum, [a])
+
+
+def test_strided_view_with_matching_shadow():
+    base = np.linspace(0.1, 2.0, 14)
+    x = base[::2]
+    dbase = np.zeros_like(base)
+    expected = fd_gradient(in_place_map, [x.copy()], 0)
+    autodiff(Reverse, in_place_map, Duplicated(x, dbase[::2]))
+    np.testing.assert_allclose(dbase[::2], expected, rtol=1e-5, atol=1e-7)
+    assert not dbase[1::2].any()          # the gaps of the view are untouched
+
+
+def test_shadow_accumulates():
+    x = X.copy()
+    dx = np.ones_like(x)
+    autodiff(Reverse, sum_of_squares, Duplicated(x, dx))
+    np.testing.assert_allclose(dx, 1.0 + 2 * X)
+
+
+@njit
+def model(X, out):
+    out[0] = np.sin(X).sum() + X[1] * 2.0
+
+
+def test_output_array_convention():
+    x = X.copy()
+    dx, out, dout = np.zeros_like(x), np.zeros(1), np.ones(1)
+    result = autodiff(Reverse, model, Duplicated(x, dx), Duplicated(out, dout))
+    assert result == ((None, None),)
+    expected = np.cos(X)
+    expected[1] += 2.0
+    np.testing.assert_allclose(dx, expected)
+    assert out[0] == pytest.approx(np.sin(X).sum() + 2 * X[1])
+    assert dout[0] == 0.0                 # the output's old value was overwritten
+
+
+@njit
+def weighted(x, w, a):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += w[i] * math.tanh(a * x[i])
+    return s
+
+
+def test_mixed_active_and_duplicated():
+    x, w = X.copy(), np.arange(7.0)
+    dx = np.zeros_like(x)
+    (gx, gw, ga), value = autodiff(ReverseWithPrimal, weighted, Duplicated(x, dx), Const(w),
+                                   Active(0.7))
+    assert gx is None and gw is None
+    assert value == pytest.approx(weighted(X, w, 0.7))
+    np.testing.assert_allclose(dx, w * 0.7 / np.cosh(0.7 * X) ** 2, rtol=1e-10)
+    h = 1e-6
+    fd = (weighted(X, w, 0.7 + h) - weighted(X, w, 0.7 - h)) / (2 * h)
+    assert ga == pytest.approx(fd, rel=1e-6)
+
+
+def test_read_only_input_keeps_tape_constant():
+    peaks = []
+    for n in (10, 1000, 100000):
+        x = np.ones(n)
+        autodiff(Reverse, sum_of_squares, Duplicated(x, np.zeros(n)))
+        peaks.append(enzpy.build_report(sum_of_squares)[-1].peak_tape_bytes)
+    assert peaks[0] == peaks[1] == peaks[2]
+
+
+def test_in_place_updates_record_old_values():
+    small, large = X.copy(), np.linspace(0.1, 1.3, 70)
+    autodiff(Reverse, stencil, Duplicated(small, np.zeros_like(small)), 3)
+    first = enzpy.build_report(stencil)[-1].peak_tape_bytes
+    autodiff(Reverse, stencil, Duplicated(large, np.zeros_like(large)), 3)
+    assert enzpy.build_report(stencil)[-1].peak_tape_bytes > first
+
+
+def test_no_leak_over_many_calls():
+    x = X.copy()
+    dx = np.zeros_like(x)
+    autodiff(Reverse, temporaries, Duplicated(x, dx))
+    _nrt_python.memsys_enable_stats()
+    before = rtsys.get_allocation_stats()
+    for _ in range(200):
+        autodiff(Reverse, temporaries, Duplicated(x, dx))
+    after = rtsys.get_allocation_stats()
+    assert after.alloc - before.alloc == after.free - before.free
+    assert after.mi_alloc - before.mi_alloc == after.mi_free - before.mi_free
+    assert after.mi_alloc > before.mi_alloc          # the function really allocates
+
+
+# -- errors ----------------------------------------------------------------------
+def test_shadow_shape_mismatch():
+    with pytest.raises(ValueError, match="shape"):
+        autodiff(Reverse, sum_of_squares, Duplicated(X.copy(), np.zeros(3)))
+
+
+def test_shadow_dtype_mismatch():
+    with pytest.raises(ValueError, match="dtype"):
+        autodiff(Reverse, sum_of_squares, Duplicated(X.copy(), np.zeros(7, np.float32)))
+
+
+def test_shadow_layout_mismatch():
+    base = np.linspace(0.1, 2.0, 14)
+    with pytest.raises(ValueError, match="layout"):
+        autodiff(Reverse, in_place_map, Duplicated(base[::2], np.zeros(7)))
+
+
+def test_shadow_checked_on_cached_calls_too():
+    autodiff(Reverse, sum_of_squares, Duplicated(X.copy(), np.zeros(7)))
+    with pytest.raises(ValueError, match="shape"):
+        autodiff(Reverse, sum_of_squares, Duplicated(np.ones(5), np.zeros(4)))
+
+
+def test_errors_leave_shadow_untouched():
+    dx = np.full(7, 3.0)
+    with pytest.raises(ValueError):
+        autodiff(Reverse, sum_of_squares, Duplicated(X.copy(), dx[:4]))
+    assert (dx == 3.0).all()
+
+
+def test_active_on_array_is_type_error():
+    with pytest.raises(TypeError, match="Duplicated"):
+        autodiff(Reverse, sum_of_squares, Active(X.copy()))
+
+
+def test_duplicated_on_int_is_type_error():
+    with pytest.raises(TypeError, match="Duplicated"):
+        autodiff(Reverse, sum_of_squares, Duplicated(3, 0))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        autodiff(Reverse, sum_of_squares, Duplicated(np.arange(3), np.zeros(3, np.int64)))
+
+
+@njit
+def scale_into(x, out, a):
+    for i in range(x.shape[0]):
+        out[i] = x[i] * a
+
+
+@njit
+def through_const_output(x, out, a):
+    scale_into(x, out, a)
+    s = 0.0
+    for i in range(out.shape[0]):
+        s += out[i] * x[i]
+    return s
+
+
+def test_active_data_into_const_array_is_refused():
+    x = X.copy()
+    with pytest.raises(enzpy.UnsupportedError, match="Duplicated"):
+        autodiff(Reverse, through_const_output, Duplicated(x, np.zeros_like(x)),
+                 Const(np.zeros_like(x)), Active(2.0))
+
+
+def test_through_duplicated_output_is_right():
+    x = X.copy()
+    dx = np.zeros_like(x)
+    autodiff(Reverse, through_const_output, Duplicated(x, dx),
+             Duplicated(np.zeros_like(x), np.zeros_like(x)), Active(2.0))
+    np.testing.assert_allclose(dx, 4.0 * X)
+
+
+@njit
+def reads_after_write(x, y):
+    for i in range(y.shape[0]):
+        y[i] = 2.0 * x[i]
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * y[i]
+    return s
+
+
+def test_overlapping_arguments_are_refused():
+    x = X.copy()
+    with pytest.raises(ValueError, match="share memory"):
+        autodiff(Reverse, reads_after_write, Duplicated(x, np.zeros_like(x)),
+                 Duplicated(x, np.zeros_like(x)))
+
+
+@njit
+def matvec(A, v):
+    return (A @ v).sum()
+
+
+def test_matrix_product_is_unsupported_with_a_clear_message():
+    A = np.ones((3, 3))
+    with pytest.raises(enzpy.UnsupportedError, match="BLAS"):
+        autodiff(Reverse, matvec, Duplicated(A, np.zeros_like(A)), Const(np.ones(3)))
