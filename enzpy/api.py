@@ -297,11 +297,13 @@ def _build(disp, annotated, key) -> _Entry:
         report.derivative_functions = len(builder.derivatives)
         report.module_bytes = len(text)
         with watch.stage("parse"):
-            module = backend.prepare_module(text, entry_name)
+            module = backend.prepare_module(text, entry_name, builder.exported)
         with watch.stage("codegen"):
             adjoint_types = [ty for a, ty in zip(annotated, argtypes) if isinstance(a, Active)]
-            call = backend.numba_entry(module, entry_name, argtypes + tuple(shadow_types),
-                                       adjoint_types, restype)
+            call, library = backend.numba_entry(module, entry_name,
+                                                argtypes + tuple(shadow_types), adjoint_types,
+                                                restype, builder.linked_libraries)
+            builder.publish(library)
         positions = [i for i, a in enumerate(annotated) if isinstance(a, Active)]
         shadows = [i for i, a in enumerate(annotated) if isinstance(a, Duplicated)]
         entry = _Entry(call, positions, shadows, report,

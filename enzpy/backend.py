@@ -23,16 +23,22 @@ from .ir import parse
 _ids = itertools.count()
 
 
-def prepare_module(text: str, entry: str):
-    """Parse and verify ``text``; every function but ``entry`` becomes internal."""
+def prepare_module(text: str, entry: str, exported=()):
+    """Parse and verify ``text``; every function but ``entry`` and the
+    ``exported`` derivatives becomes internal."""
     module = parse(text)
     for fn in module.functions:
-        if not fn.is_declaration and fn.name != entry:
+        if fn.is_declaration:
+            continue
+        if fn.name == entry or fn.name in exported:
+            fn.linkage = llvm.Linkage.external
+        else:
             fn.linkage = llvm.Linkage.internal
     return module
 
 
-def numba_entry(module, entry: str, argtypes, adjoint_types, restype):
+def numba_entry(module, entry: str, argtypes, adjoint_types, restype, linked=()):
+    """Returns the dispatcher and the code library the derivative was compiled into."""
     """An ``@njit`` function ``f(*args) -> (adjoints..., primal, peak tape bytes)``."""
     primal_type = restype if restype != types.none else types.none
     result = types.Tuple(tuple(adjoint_types) + (primal_type, types.int64))
@@ -42,6 +48,8 @@ def numba_entry(module, entry: str, argtypes, adjoint_types, restype):
             # The derivative joins the wrapper's own library: it is optimized
             # (O3) and turned into machine code once, with the wrapper.
             context.active_code_library.add_llvm_module(module)
+            for library in linked:
+                context.active_code_library.add_linking_library(library)
             flat = list(context.call_conv._get_arg_packer(sig.args).as_arguments(builder, llargs))
             adj_ll = [context.get_value_type(t) for t in adjoint_types]
             if restype == types.none:
@@ -78,4 +86,5 @@ def numba_entry(module, entry: str, argtypes, adjoint_types, restype):
          f"call = intrinsic(call_typer)\n"
          f"def entry({names}):\n    return call({names})\n", namespace)
     dispatcher = njit(result(*argtypes), cache=False)(namespace["entry"])
-    return dispatcher
+    (compiled,) = dispatcher.overloads.values()
+    return dispatcher, compiled.library

@@ -7,6 +7,7 @@ list, so deep call graphs never recurse in Python.
 """
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from functools import cached_property
@@ -39,6 +40,19 @@ class Stats:
 STATS = Stats()
 
 
+class Library:
+    """The code library a build's derivatives end up in, once compiled."""
+
+    def __init__(self):
+        self.library = None
+
+
+# (symbol, activity) -> (FunctionDerivative, Library): derivatives compiled by
+# earlier builds, which later builds call instead of writing them again.
+_SHARED: dict = {}
+_NAMES = itertools.count()
+
+
 class ModuleBuilder:
     """Writes every aug/rev pair one root derivative needs, into one module."""
 
@@ -47,6 +61,8 @@ class ModuleBuilder:
         self.original_blocks = original_blocks or {}
         self.lowered = lowered            # symbol -> frontend.Lowered
         self.derivatives = {}             # (symbol, activity) -> FunctionDerivative
+        self.reused = {}                  # the subset compiled by earlier builds
+        self.library = Library()          # where this build's derivatives will live
         # The memory runtime zeroes shadows with memset.
         self.declarations = {
             "llvm.memset.p0.i64": "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
@@ -86,15 +102,38 @@ class ModuleBuilder:
     def derivative(self, symbol, activity) -> FunctionDerivative:
         key = (symbol, tuple(activity))
         found = self.derivatives.get(key)
+        if found is None and key in _SHARED:
+            found, _ = _SHARED[key]
+            self.derivatives[key] = self.reused[key] = found
         if found is None:
             fn = custom_function(symbol, self.module) or self.module.functions.get(symbol)
             if fn is None:
                 raise UnsupportedError(f"the IR of called function '{symbol}' is not available")
             split_loop_exits(fn)
-            found = FunctionDerivative(fn, activity, len(self.derivatives))
+            found = FunctionDerivative(fn, activity, next(_NAMES))
             self.derivatives[key] = found
             self._pending.append(found)
         return found
+
+    @property
+    def linked_libraries(self) -> list:
+        """Libraries of earlier builds whose derivatives this one calls."""
+        libs = {id(_SHARED[k][1]): _SHARED[k][1].library for k in self.reused}
+        return list(libs.values())
+
+    @property
+    def exported(self) -> set:
+        """Names of the derivatives this build writes (kept visible to later builds)."""
+        return {name for key, d in self.derivatives.items() if key not in self.reused
+                for name in (d.aug_name, d.rev_name)}
+
+    def publish(self, library):
+        """After a successful compile: later builds may call these derivatives."""
+        self.library.library = library
+        with STATS.lock:
+            for key, d in self.derivatives.items():
+                if key not in self.reused:
+                    _SHARED.setdefault(key, (d, self.library))
 
     def declare_derivative(self, deriv):
         """Calls go to functions of this same module: nothing to declare."""
@@ -127,7 +166,7 @@ class ModuleBuilder:
         with STATS.lock:
             for key in self.derivatives:
                 STATS.keys.add(key)
-            STATS.derivative_functions += len(self.derivatives)
+            STATS.derivative_functions += len(self.derivatives) - len(self.reused)
         return root
 
     def module_text(self, entry: str) -> str:
@@ -142,6 +181,8 @@ class ModuleBuilder:
             existing |= {d.aug_name, d.rev_name}
         decls = [text for name, text in self.declarations.items()
                  if name not in existing and name not in _RUNTIME_NAMES]
+        for d in self.reused.values():
+            decls += d.declarations()
         return "\n".join([primal, RUNTIME, MEMORY_RUNTIME, *decls, *self.texts, entry])
 
 

@@ -175,6 +175,9 @@ def collect_module(root: Lowered):
         missing = [fn.name for fn in module.functions
                    if fn.is_declaration and fn.name not in linked
                    and not _INTRINSIC_OR_RUNTIME.match(fn.name)]
+        missing += [g.name[len(_UNRESOLVED):] for g in module.global_variables
+                    if g.name.startswith(_UNRESOLVED)
+                    and g.name[len(_UNRESOLVED):] not in linked]
         added = False
         for name in missing:
             linked.add(name)
@@ -192,7 +195,27 @@ def collect_module(root: Lowered):
             added = True
         if not added:
             break
-    return module, lowered
+    return _resolve_mutual_recursion(module), lowered
+
+
+_UNRESOLVED = ".numba.unresolved$"
+
+
+def _resolve_mutual_recursion(module):
+    """Numba calls a mutually recursive function through a pointer it fills in
+    at load time (``@".numba.unresolved$f"``); point it at the linked ``f`` so
+    the cleanup turns those indirect calls into direct ones."""
+    defined = {fn.name for fn in module.functions if not fn.is_declaration}
+    targets = [g.name for g in module.global_variables if g.name.startswith(_UNRESOLVED)
+               and g.name[len(_UNRESOLVED):] in defined]
+    if not targets:
+        return module
+    text = str(module)
+    for name in targets:
+        symbol = name[len(_UNRESOLVED):]
+        text = re.sub(r'^@"?' + re.escape(name) + r'"? = external global ptr',
+                      f'@"{name}" = internal constant ptr @"{symbol}"', text, flags=re.M)
+    return llvm.parse_assembly(text)
 
 
 _DEFINE = re.compile(r'^define [^@]*@"?([^"(]+)"?\(')

@@ -69,7 +69,7 @@ class FunctionDerivative:
     def __init__(self, fn, activity, index):
         self.fn = fn
         self.activity = tuple(activity)
-        base = f"enzpy.{index}.{fn.name}"
+        base = f"enzpy.d{index}.{fn.name}"
         self.aug_name = base + ".aug"
         self.rev_name = base + ".rev"
         self.adjoint_args = [a for a, act in zip(fn.args, activity) if act == "active"]
@@ -85,7 +85,13 @@ class FunctionDerivative:
         return "{ " + ", ".join(types) + " }" if types else "void"
 
     def param_types(self):
-        return [p.rsplit(" ", 1)[0] for p in self.params]
+        return [p.rsplit(" ", 1)[0].replace(" noalias", "") for p in self.params]
+
+    def declarations(self) -> list:
+        """IR declarations of the pair, for modules that call it from elsewhere."""
+        types = ", ".join(self.param_types())
+        return [f'declare {self.fn.return_type} @"{self.aug_name}"({types})',
+                f'declare {self.rev_type} @"{self.rev_name}"({types})']
 
 
 class ReverseGenerator:
