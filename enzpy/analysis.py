@@ -98,9 +98,12 @@ class ControlFlow:
             return None
         sides = {}
         for pred in preds:
+            # The edge head -> succ must dominate pred: succ dominates it and is
+            # entered only from head.
             on = [side for side, succ in zip((True, False), br.targets)
                   if (succ == block and pred == head) or
-                  (succ != block and self.dominates(succ, pred))]
+                  (succ != block and self.preds(succ) == [head]
+                   and self.dominates(succ, pred))]
             if len(on) != 1 or on[0] in sides:
                 return None
             sides[on[0]] = pred

@@ -15,16 +15,23 @@ from __future__ import annotations
 import itertools
 import linecache
 import math
+import os
 
 import numba
-import pytest
-from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import HealthCheck, Phase, assume, given, note, settings
 from hypothesis import strategies as st
 
 from enzpy import Active, Const
 from helpers import check_reverse
 
-SETTINGS = settings(max_examples=40, deadline=None, database=None,
+# No database (nothing is written into the repo). Every example is a fresh Numba
+# compile, so shrinking a failure (and the "explain" phase) can take minutes:
+# programs are kept small enough to read unshrunk, and shrinking is opt-in with
+# ENZPY_HYPOTHESIS_SHRINK=1.
+_PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
+if os.environ.get("ENZPY_HYPOTHESIS_SHRINK"):
+    _PHASES.append(Phase.shrink)
+SETTINGS = settings(max_examples=40, deadline=None, database=None, phases=_PHASES,
                     suppress_health_check=[HealthCheck.too_slow,
                                            HealthCheck.filter_too_much,
                                            HealthCheck.data_too_large])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from enzpy import Active, Const, Reverse, autodiff
+from enzpy import Active, Const, Reverse, ReverseWithPrimal, autodiff
 from helpers import check_reverse
 
 A, K = Active, Const
@@ -496,6 +496,61 @@ case("abs_branch_neg", abs_branch, [A(-0.8)], lambda x: (2 * abs(x),))
 
 
 # =============================================================================
+# shapes found by the generated-program tests (branches joined by a phi)
+# =============================================================================
+@njit
+def div_branch_const_else(x):
+    if x < 0.5:
+        v = 1.0 / (x + 1.0)
+    else:
+        v = 0.0
+    return v
+
+
+@njit
+def div_branch_default(x):
+    v = 0.0
+    if x < 0.5:
+        v = x / math.exp(2.0 * x)
+    return x + v
+
+
+@njit
+def div_branch_dead(x):
+    if 0.5 > x:
+        v = x / math.exp(math.sin(x))  # noqa: F841 (dead, but may raise)
+    return x * 3.0
+
+
+@njit
+def neg_branch(x):
+    if x < 0.5:
+        v = 0.125
+    else:
+        v = -x
+    return v * x
+
+
+@njit
+def neg_ternary(x, y):
+    v = 0.125 if y < 0.5 else -x
+    return v * x + y
+
+
+case("div_branch_const_else_taken", div_branch_const_else, [A(0.3)], lambda x: (-1 / (x + 1) ** 2,))
+case("div_branch_const_else_not", div_branch_const_else, [A(0.7)], lambda x: (0.0,))
+case("div_branch_default_taken", div_branch_default, [A(0.3)],
+     lambda x: (1 + (1 - 2 * x) * math.exp(-2 * x),))
+case("div_branch_default_not", div_branch_default, [A(0.7)], lambda x: (1.0,))
+case("div_branch_dead_taken", div_branch_dead, [A(0.3)], lambda x: (3.0,))
+case("div_branch_dead_not", div_branch_dead, [A(0.7)], lambda x: (3.0,))
+case("neg_branch_const", neg_branch, [A(0.3)], lambda x: (0.125,))
+case("neg_branch_neg", neg_branch, [A(0.7)], lambda x: (-2 * x,))
+case("neg_ternary_const", neg_ternary, [A(0.3), A(0.1)], lambda x, y: (0.125, 1.0))
+case("neg_ternary_neg", neg_ternary, [A(0.3), A(0.7)], lambda x, y: (-2 * x, 1.0))
+
+
+# =============================================================================
 # loops
 # =============================================================================
 @njit
@@ -560,6 +615,15 @@ def newton_sqrt(a):
     y = a
     while abs(y * y - a) > 1e-13 * a:
         y = 0.5 * (y + a / y)
+    return y
+
+
+@njit
+def while_reciprocal(x):
+    # data-dependent trip count with a division in the body
+    y = x
+    while y > 1.0:
+        y = 0.5 / y + y * 0.25
     return y
 
 
@@ -670,6 +734,8 @@ case("while_halving_none", while_halving, [A(0.001), K(0.01)], lambda x, e: (1.0
 case("while_count", while_count, [A(2.3)])
 case("newton_sqrt", newton_sqrt, [A(2.0)], lambda a: (0.5 / math.sqrt(a),), rtol=1e-7)
 case("newton_sqrt_big", newton_sqrt, [A(150.0)], lambda a: (0.5 / math.sqrt(a),), rtol=1e-7)
+case("while_reciprocal", while_reciprocal, [A(3.0)])
+case("while_reciprocal_none", while_reciprocal, [A(0.5)], lambda x: (1.0,))
 case("fixed_point_cos", fixed_point_cos, [A(0.5)])
 case("loop_nested_6", loop_nested, [A(0.7), K(6)])
 case("loop_nested_0", loop_nested, [A(0.7), K(0)], lambda x, n: (0.0, None))
@@ -689,10 +755,6 @@ case("loop_exp_series", loop_exp_series, [A(0.9)], lambda x: (math.exp(x),), rto
 # =============================================================================
 # math functions (math module)
 # =============================================================================
-def _unary(fn):
-    return njit(lambda x: fn(x))
-
-
 # (id, njit function, point, derivative)
 MATH_UNARY = [
     ("sin", njit(lambda x: math.sin(x)), 0.7, lambda x: math.cos(x)),
@@ -1056,7 +1118,7 @@ def test_reverse_mode_returns_one_tuple():
     assert dx == 2.0 and dy is None
 
 
-def test_float32_adjoint_is_float32_precision():
-    (dx,), y = autodiff(__import__("enzpy").ReverseWithPrimal, f32_poly, Active(f32(0.75)))
+def test_float32_primal_and_adjoint():
+    (dx,), y = autodiff(ReverseWithPrimal, f32_poly, Active(f32(0.75)))
     assert y == float(f32_poly(f32(0.75)))
     assert abs(float(dx) - (6 * 0.75 + 0.5)) < 1e-5
