@@ -107,10 +107,13 @@ class _Stopwatch:
 
 # -- the entry cache -------------------------------------------------------------
 class _Entry:
-    __slots__ = ("call", "active_positions", "shadow_positions", "report", "alias_checks")
+    __slots__ = ("call", "active_positions", "shadow_positions", "report", "alias_checks",
+                 "library")
 
-    def __init__(self, call, active_positions, shadow_positions, report, alias_checks):
+    def __init__(self, call, active_positions, shadow_positions, report, alias_checks,
+                 library):
         self.call = call
+        self.library = library            # the machine code ``call`` jumps to
         self.active_positions = active_positions
         self.shadow_positions = shadow_positions
         self.report = report
@@ -298,16 +301,20 @@ def _build(disp, annotated, key) -> _Entry:
         report.module_bytes = len(text)
         with watch.stage("parse"):
             module = backend.prepare_module(text, entry_name, builder.exported)
+        codegen = ctx.codegen()
+        with watch.stage("optimize"):
+            backend.optimize(module, codegen)
         with watch.stage("codegen"):
-            adjoint_types = [ty for a, ty in zip(annotated, argtypes) if isinstance(a, Active)]
-            call, library = backend.numba_entry(module, entry_name,
-                                                argtypes + tuple(shadow_types), adjoint_types,
-                                                restype, builder.linked_libraries)
+            library, address = backend.compile_module(module, entry_name, codegen)
             builder.publish(library)
+        with watch.stage("wrap"):
+            adjoint_types = [ty for a, ty in zip(annotated, argtypes) if isinstance(a, Active)]
+            call = backend.numba_entry(address, argtypes + tuple(shadow_types), adjoint_types,
+                                       restype)
         positions = [i for i, a in enumerate(annotated) if isinstance(a, Active)]
         shadows = [i for i, a in enumerate(annotated) if isinstance(a, Duplicated)]
         entry = _Entry(call, positions, shadows, report,
-                       _alias_checks(ctx, builder.readonly, low.symbol, argtypes))
+                       _alias_checks(ctx, builder.readonly, low.symbol, argtypes), library)
         _entries[key] = entry
         _reports.setdefault(disp.py_func, []).append(report)
         log.info("built %s", report)

@@ -1,11 +1,13 @@
-"""Backend: optimize and JIT the derivative module through Numba's codegen.
+"""Backend: optimize the derivative module, JIT it in Numba's engine, wrap it.
 
-The module joins the code library of a small ``@njit`` wrapper, so Numba's
-runtime and math symbols resolve and Numba's optimizer (O3, vectorization)
-runs on the derivative once, together with the wrapper. The entry point is then wrapped as an ``@njit`` function through an
-intrinsic, so one call from Python is one Numba dispatch, exceptions raised in
-the primal propagate with their type and message, and the derivative can be
-called from other ``@njit`` code.
+The derivative is optimized by enzpy's own pipeline (LLVM's O2 with loop
+vectorization, no SLP vectorizer: it is where Enzyme's own builds blew up on
+big functions) and compiled to machine code in Numba's JIT engine, so Numba's
+runtime and math symbols resolve, and derivatives of later builds can call it
+by name. The entry point is exposed as an ``@njit`` function (one Numba
+dispatch per call from Python, callable from other ``@njit`` code) that calls
+the machine code by address and propagates exceptions raised by the primal
+with their type and message.
 """
 from __future__ import annotations
 
@@ -37,19 +39,33 @@ def prepare_module(text: str, entry: str, exported=()):
     return module
 
 
-def numba_entry(module, entry: str, argtypes, adjoint_types, restype, linked=()):
-    """Returns the dispatcher and the code library the derivative was compiled into."""
-    """An ``@njit`` function ``f(*args) -> (adjoints..., primal, peak tape bytes)``."""
-    primal_type = restype if restype != types.none else types.none
-    result = types.Tuple(tuple(adjoint_types) + (primal_type, types.int64))
+def optimize(module, codegen):
+    pto = llvm.PipelineTuningOptions(speed_level=2)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = False
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(codegen._tm, pto)
+    pb.getModulePassManager().run(module, pb)
+
+
+def compile_module(module, entry: str, codegen):
+    """Machine code for ``module`` in Numba's engine; returns (library, entry address)."""
+    library = codegen.create_library(f"enzpy.{entry}")
+    # Already optimized by enzpy: Numba's own passes would only repeat the work.
+    library._optimize_functions = lambda module: None
+    library._optimize_final_module = lambda: None
+    library.add_llvm_module(module)
+    library.finalize()
+    return library, library.get_pointer_to_function(entry)
+
+
+def numba_entry(address: int, argtypes, adjoint_types, restype):
+    """An ``@njit`` function ``f(*args) -> (adjoints..., primal, peak tape bytes)``
+    calling the derivative's entry point at ``address``."""
+    result = types.Tuple(tuple(adjoint_types) + (restype, types.int64))
 
     def typer(typingctx, args):
         def codegen(context, builder, sig, llargs):
-            # The derivative joins the wrapper's own library: it is optimized
-            # (O3) and turned into machine code once, with the wrapper.
-            context.active_code_library.add_llvm_module(module)
-            for library in linked:
-                context.active_code_library.add_linking_library(library)
             flat = list(context.call_conv._get_arg_packer(sig.args).as_arguments(builder, llargs))
             adj_ll = [context.get_value_type(t) for t in adjoint_types]
             if restype == types.none:
@@ -57,10 +73,12 @@ def numba_entry(module, entry: str, argtypes, adjoint_types, restype, linked=())
             else:
                 ret_ll = context.data_model_manager[restype].get_return_type()
             out_ty = llir.LiteralStructType(adj_ll + [ret_ll, llir.IntType(64)])
-            fnty = llir.FunctionType(llir.IntType(32), [llir.PointerType(out_ty),
-                                                        llir.PointerType(llir.PointerType(excinfo_t))]
+            fnty = llir.FunctionType(llir.IntType(32),
+                                     [llir.PointerType(out_ty),
+                                      llir.PointerType(llir.PointerType(excinfo_t))]
                                      + [a.type for a in flat])
-            fn = cgutils.get_or_insert_function(builder.module, fnty, entry)
+            fn = builder.inttoptr(llir.Constant(llir.IntType(64), address),
+                                  llir.PointerType(fnty))
             out = cgutils.alloca_once(builder, out_ty)
             excinfo = cgutils.alloca_once(builder, llir.PointerType(excinfo_t))
             code = builder.call(fn, [out, excinfo] + flat)
@@ -85,6 +103,4 @@ def numba_entry(module, entry: str, argtypes, adjoint_types, restype, linked=())
          f"    return typer(typingctx, ({names}{',' if names else ''}))\n"
          f"call = intrinsic(call_typer)\n"
          f"def entry({names}):\n    return call({names})\n", namespace)
-    dispatcher = njit(result(*argtypes), cache=False)(namespace["entry"])
-    (compiled,) = dispatcher.overloads.values()
-    return dispatcher, compiled.library
+    return njit(result(*argtypes), cache=False)(namespace["entry"])

@@ -116,12 +116,6 @@ class ModuleBuilder:
         return found
 
     @property
-    def linked_libraries(self) -> list:
-        """Libraries of earlier builds whose derivatives this one calls."""
-        libs = {id(_SHARED[k][1]): _SHARED[k][1].library for k in self.reused}
-        return list(libs.values())
-
-    @property
     def exported(self) -> set:
         """Names of the derivatives this build writes (kept visible to later builds)."""
         return {name for key, d in self.derivatives.items() if key not in self.reused

@@ -10,11 +10,12 @@ Measured in one run (median of several calls each):
 """
 import argparse
 import math
-import statistics
 import time
 
 import numpy as np
 from numba import njit
+
+from _timing import interleaved
 
 import enzpy
 from enzpy import Duplicated, Reverse, autodiff
@@ -51,14 +52,6 @@ def stencil(u, steps):
     return s
 
 
-def median_time(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
 
 def workloads():
     rng = np.random.default_rng(0)
@@ -80,7 +73,6 @@ def main():
     rows = []
     for name, fn, make_args, wrt in workloads():
         fn(*make_args())
-        primal = median_time(lambda: fn(*make_args()), args.repeat)
 
         shadow = np.zeros_like(make_args()[wrt])
 
@@ -92,7 +84,7 @@ def main():
             autodiff(Reverse, fn, *annotated)
 
         gradient()
-        grad = median_time(gradient, args.repeat)
+        primal, grad = interleaved([lambda: fn(*make_args()), gradient], args.repeat)
         report = enzpy.build_report(fn)[-1]
         rows.append((name, primal, grad, report.peak_tape_bytes, report.total))
     print(f"\nArray workloads (median of {args.repeat}; both columns include making the "

@@ -7,10 +7,11 @@ process, so ratios are comparable even on a noisy machine.
 """
 import argparse
 import math
-import statistics
 import time
 
 from numba import njit
+
+from _timing import interleaved
 
 import enzpy
 from enzpy import Active, Const, Reverse, autodiff
@@ -42,14 +43,6 @@ def loop_exp(x, n):
     return s
 
 
-def median_time(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -67,8 +60,9 @@ def main():
         autodiff(Reverse, fn, Active(x), Const(n))
         first_call = time.perf_counter() - t
         report = enzpy.build_report(fn)[-1]
-        primal = median_time(lambda: fn(x, n), args.repeat)
-        grad = median_time(lambda: autodiff(Reverse, fn, Active(x), Const(n)), args.repeat)
+        primal, grad = interleaved([lambda: fn(x, n),
+                                    lambda: autodiff(Reverse, fn, Active(x), Const(n))],
+                                   args.repeat)
         rows.append((fn.__name__, primal, grad, grad / primal, numba_compile,
                      report.total, report))
 
