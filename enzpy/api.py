@@ -385,6 +385,17 @@ def build_report(f):
 
 
 def cache_info() -> dict:
+    """Counters of the derivative cache, and build seconds per stage summed over builds.
+
+    ``derivative_functions`` counts the (augmented forward, reverse) pairs
+    written; each (function, activity) key is written once per process, so it
+    equals ``distinct_keys``.
+    """
+    stages = {}
+    for reports in _reports.values():
+        for report in reports:
+            for stage, seconds in report.timings.items():
+                stages[stage] = stages.get(stage, 0.0) + seconds
     with STATS.lock:
         return {
             "entries": len(_entries),
@@ -392,4 +403,5 @@ def cache_info() -> dict:
             "distinct_keys": len(STATS.keys),
             "hits": STATS.hits,
             "misses": STATS.misses,
+            "build_seconds": stages,
         }

@@ -126,8 +126,10 @@ class ModuleBuilder:
         self.library.library = library
         with STATS.lock:
             for key, d in self.derivatives.items():
+                STATS.keys.add(key)
                 if key not in self.reused:
                     _SHARED.setdefault(key, (d, self.library))
+            STATS.derivative_functions += len(self.derivatives) - len(self.reused)
 
     def declare_derivative(self, deriv):
         """Calls go to functions of this same module: nothing to declare."""
@@ -157,10 +159,6 @@ class ModuleBuilder:
                 self.texts.append(ReverseGenerator(self, deriv, self.describe).generate())
             else:
                 self.texts.append(custom_derivative(deriv))
-        with STATS.lock:
-            for key in self.derivatives:
-                STATS.keys.add(key)
-            STATS.derivative_functions += len(self.derivatives) - len(self.reused)
         return root
 
     def module_text(self, entry: str) -> str:
