@@ -5,9 +5,10 @@ of Enzyme and compiles the derivative with llvmlite.
 """
 from .api import (Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse,
                   ReverseWithPrimal, autodiff, build_report, cache_info)
+from .check import GradientCheck, check_gradient, gradient
 from .errors import UnsupportedError
 
 __all__ = ["autodiff", "Reverse", "ReverseWithPrimal", "Forward", "ForwardWithPrimal",
            "Active", "Const", "Duplicated", "UnsupportedError", "cache_info",
-           "build_report"]
+           "build_report", "gradient", "check_gradient", "GradientCheck"]
 __version__ = "0.1.0"

@@ -235,8 +235,6 @@ def autodiff(mode, f, *args):
         annotated = [_annotate(a) for a in args]
         _check_args(disp, annotated)
         entry = _build(disp, annotated, key)
-        with STATS.lock:
-            STATS.misses += 1
     else:
         STATS.hits += 1
         if entry.shadow_positions:
@@ -263,8 +261,10 @@ def autodiff(mode, f, *args):
 
 def _build(disp, annotated, key) -> _Entry:
     with _build_lock, global_compiler_lock:
-        if key in _entries:
+        if key in _entries:             # another thread built it meanwhile
+            STATS.hits += 1
             return _entries[key]
+        STATS.misses += 1
         argtypes = tuple(numba.typeof(a.val) for a in annotated)
         report = BuildReport(disp.py_func.__qualname__, str(argtypes))
         watch = _Stopwatch(report)
