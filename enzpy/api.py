@@ -17,7 +17,7 @@ from numba.core.registry import cpu_target
 from . import backend, frontend
 from .cache import STATS, ModuleBuilder, entry_function
 from .errors import UnsupportedError
-from .ir import read_module
+from .irtext import read_module_text
 
 log = logging.getLogger("enzpy")
 
@@ -282,7 +282,7 @@ def _build(disp, annotated, key) -> _Entry:
             blocks = frontend.original_blocks(module)
             frontend.cleanup(module)
         with watch.stage("read_ir"):
-            model = read_module(module)
+            model = read_module_text(str(module))
         report.primal_instructions = sum(
             len(b.instructions) for fn in model.functions.values() for b in fn.blocks)
         ctx = cpu_target.target_context

@@ -158,6 +158,22 @@ def leading_type(text: str) -> str:
     return text.strip()
 
 
+def split_fields(body: str) -> list:
+    """The comma-separated field types of a struct body (``double, { i64, ptr }``)."""
+    depth, start, out = 0, 0, []
+    for i, ch in enumerate(body):
+        if ch in "{[<(":
+            depth += 1
+        elif ch in "}])>":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(body[start:i].strip())
+            start = i + 1
+    if body[start:].strip():
+        out.append(body[start:].strip())
+    return out
+
+
 def _unquote(name: str) -> str:
     return name[1:-1] if name.startswith('"') else name
 

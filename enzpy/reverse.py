@@ -24,7 +24,8 @@ from .analysis import ALLOCATORS, DERIVED_POINTERS, Activity, ControlFlow, POINT
 from .custom import BLAS_UNSUPPORTED
 from .emitter import Emitter
 from .errors import UnsupportedError
-from .ir import Instruction, Value, contains_float, contains_pointer, is_float_type, local
+from .ir import (Instruction, Value, contains_float, contains_pointer, is_float_type, local,
+                 split_fields)
 from .tape import POP, PUSH, SINK_READ, SINK_WRITE, slot_bytes
 
 RECOMPUTABLE = {
@@ -839,9 +840,8 @@ def add_values(e: Emitter, a: Value, b: Value) -> Value:
     if is_float_type(ty) or (ty.startswith("<") and contains_float(ty)):
         return e.fadd(a, b)
     if ty.startswith("{") or ty.startswith("["):
-        from .tape import _split_fields
         if ty.startswith("{"):
-            fields = _split_fields(ty.strip("{} "))
+            fields = split_fields(ty.strip("{} "))
         else:
             count, elt = ty[1:-1].split(" x ", 1)
             fields = [elt.strip()] * int(count)

@@ -7,6 +7,8 @@ reverse sweep releases the same block in reverse order. Growth (``realloc``) is
 the rare, out-of-line branch.
 """
 
+from .ir import split_fields
+
 TAPE_TYPE = "{ ptr, i64, i64, i64 }"
 SLOT = 8          # every recorded scalar takes one 8-byte slot
 PUSH = "enzpy.tape.reserve"
@@ -134,7 +136,7 @@ def slot_bytes(ty: str) -> int:
     """Bytes a value of type ``ty`` takes on the tape (8 per scalar leaf)."""
     if ty.startswith("{") or ty.startswith("<{"):
         inner = ty.strip("<>{} ")
-        return sum(slot_bytes(t) for t in _split_fields(inner))
+        return sum(slot_bytes(t) for t in split_fields(inner))
     if ty.startswith("["):
         count, elt = ty[1:-1].split(" x ", 1)
         return int(count) * slot_bytes(elt.strip())
@@ -142,18 +144,3 @@ def slot_bytes(ty: str) -> int:
         count, _ = ty[1:-1].split(" x ", 1)
         return int(count) * SLOT
     return SLOT
-
-
-def _split_fields(body: str):
-    depth, start, out = 0, 0, []
-    for i, ch in enumerate(body):
-        if ch in "{[<":
-            depth += 1
-        elif ch in "}]>":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            out.append(body[start:i].strip())
-            start = i + 1
-    if body[start:].strip():
-        out.append(body[start:].strip())
-    return out
