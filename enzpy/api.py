@@ -16,6 +16,7 @@ from numba.core.registry import cpu_target
 
 from . import backend, frontend
 from .cache import STATS, ModuleBuilder, entry_function
+from .reverse import INLINE_LIMIT
 from .errors import UnsupportedError
 from .irtext import read_module_text
 
@@ -300,7 +301,9 @@ def _build(disp, annotated, key) -> _Entry:
         report.derivative_functions = len(builder.derivatives)
         report.module_bytes = len(text)
         with watch.stage("parse"):
-            module = backend.prepare_module(text, entry_name, builder.exported)
+            big = [name for name, fn in model.functions.items()
+                   if sum(len(b.instructions) for b in fn.blocks) > INLINE_LIMIT]
+            module = backend.prepare_module(text, entry_name, builder.exported, big)
         codegen = ctx.codegen()
         with watch.stage("optimize"):
             backend.optimize(module, codegen)

@@ -25,9 +25,9 @@ from .ir import parse
 _ids = itertools.count()
 
 
-def prepare_module(text: str, entry: str, exported=()):
+def prepare_module(text: str, entry: str, exported=(), big_primals=()):
     """Parse and verify ``text``; every function but ``entry`` and the
-    ``exported`` derivatives becomes internal."""
+    ``exported`` derivatives becomes internal; ``big_primals`` are not inlined."""
     module = parse(text)
     for fn in module.functions:
         if fn.is_declaration:
@@ -36,6 +36,8 @@ def prepare_module(text: str, entry: str, exported=()):
             fn.linkage = llvm.Linkage.external
         else:
             fn.linkage = llvm.Linkage.internal
+        if fn.name in big_primals:
+            fn.add_function_attribute("noinline")
     return module
 
 

@@ -35,6 +35,7 @@ RECOMPUTABLE = {
     "insertvalue", "bitcast", "ptrtoint", "inttoptr", "freeze",
 }
 _RECOMPUTE_DEPTH = 6
+INLINE_LIMIT = 120         # instructions of a primal function whose derivative may be inlined
 _METADATA = re.compile(r",\s*!\w+\s+!\d+")
 
 
@@ -351,7 +352,8 @@ class ReverseGenerator:
         self.builder.declarations.update(head.declarations)
         self.builder.declarations.update(tail.declarations)
         lines = head.lines + body.lines + tail.lines
-        return (f"define internal {d.rev_type} @\"{d.rev_name}\"({', '.join(d.params)}) {{\n"
+        return (f"define internal {d.rev_type} @\"{d.rev_name}\"({', '.join(d.params)})"
+                f"{self._inlining()} {{\n"
                 + "\n".join(lines) + "\n}\n")
 
     def _pop_frame(self, e):
@@ -663,8 +665,16 @@ class ReverseGenerator:
                 self._push_frame(b, slots)
             e.emit(_strip_metadata(b.terminator.text))
         self.builder.declarations.update(e.declarations)
-        return (f"define internal {self.fn.return_type} @\"{d.aug_name}\"({', '.join(d.params)}) {{\n"
+        return (f"define internal {self.fn.return_type} @\"{d.aug_name}\"({', '.join(d.params)})"
+                f"{self._inlining()} {{\n"
                 + "\n".join(e.lines) + "\n}\n")
+
+    def _inlining(self) -> str:
+        """Derivatives of big functions stay separate functions: inlining them
+        into their callers makes giant functions whose machine code takes
+        superlinear time to generate (what stalled Enzyme's builds)."""
+        size = sum(len(b.instructions) for b in self.fn.blocks)
+        return " noinline" if size > INLINE_LIMIT else ""
 
     def _forward_value(self, key) -> str:
         return local(key[1]) if key[0] == "p" else local(shadow_name(key[1]))
