@@ -69,7 +69,10 @@ def _compile_again(dispatcher, argtypes, symbol):
     new = cres.fndesc.mangled_name
     with _lock:
         text = _raw_ir[new]
-        # Keep the symbol the rest of the program (and recursion) refers to.
+        # Keep the symbol the rest of the program (and recursion) refers to;
+        # a recursive call already named it, so drop that declaration.
+        text = re.sub(r'^declare [^\n]*@"?' + re.escape(symbol) + r'"?\(.*$\n?', "",
+                      text, flags=re.M)
         _raw_ir[symbol] = text.replace(new, symbol)
         return _raw_ir[symbol]
 
@@ -108,6 +111,9 @@ class Lowered:
             fnty = typemap.get(getattr(func, "name", ""), None)
             if isinstance(fnty, types.Dispatcher):
                 found.append((fnty.dispatcher, sig.args))
+            elif isinstance(fnty, types.RecursiveCall):
+                # self recursion, possibly into another specialisation
+                found.append((fnty.dispatcher_type.dispatcher, sig.args))
             elif isinstance(fnty, types.Function):
                 for template in fnty.templates:
                     for disp_args in getattr(template, "_impl_cache", {}).values():
