@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 
 from . import rules
-from .analysis import ALLOCATORS, DERIVED_POINTERS, Activity, ControlFlow, POINTER_PROPAGATING
+from .analysis import (ALLOCATORS, DERIVED_POINTERS, POINTER_PROPAGATING, Activity, ControlFlow,
+                       pointer_roots)
 from .custom import BLAS_UNSUPPORTED
 from .emitter import Emitter
 from .errors import UnsupportedError
@@ -35,7 +36,8 @@ RECOMPUTABLE = {
     "insertvalue", "bitcast", "ptrtoint", "inttoptr", "freeze",
 }
 _RECOMPUTE_DEPTH = 6
-INLINE_LIMIT = 120         # instructions of a primal function whose derivative may be inlined
+INLINE_LIMIT = 120
+FREES = ("NRT_decref", "NRT_Free")         # instructions of a primal function whose derivative may be inlined
 _METADATA = re.compile(r",\s*!\w+\s+!\d+")
 
 
@@ -107,6 +109,7 @@ class ReverseGenerator:
         self.cfg = ControlFlow(self.fn)
         self.act = Activity(self.fn, deriv.activity, builder.call_propagates)
         self.calls = {}               # instruction name / id -> callee derivative
+        self.shadow_memory = self._shadow_memory_layout()   # alloca name -> offset
         self.loops = self.cfg.counted_loops
         self.inductions = self._find_inductions()   # phi name -> (header, init, step, op)
         self.frame = {}               # key -> type, in insertion order
@@ -145,6 +148,20 @@ class ReverseGenerator:
                     raise UnsupportedError(
                         f"call to '{ins.callee or 'an indirect function'}' with "
                         f"differentiable memory{self._where(ins)}{_explain(ins.callee)}")
+
+    def _shadow_memory_layout(self) -> dict:
+        """Offsets of the shadows of this function's allocas in one zeroed block,
+        allocated once per call (``~mem``) and freed by the reverse sweep."""
+        offsets, total = {}, 0
+        for ins in self.fn.entry.instructions:
+            if ins.opcode == "alloca" and ins.name in self.act.shadowed:
+                offsets[ins.name] = total
+                total += -(-slot_bytes(ins.source_type) // 16) * 16
+        if offsets:
+            mem = Instruction("~mem", "call", "ptr", [], "", self.fn.entry, callee="calloc")
+            self.fn.defs[mem.name] = mem
+            self.shadow_memory_bytes = total
+        return offsets
 
     def _find_inductions(self) -> dict:
         """Integer phis ``i = phi [init, preheader], [i +/- step, latch]`` of
@@ -216,6 +233,7 @@ class ReverseGenerator:
         if key[0] == "p" and (ins.opcode in RECOMPUTABLE or self._rereadable(ins)):
             return "recompute"
         if key[0] == "s" and (ins.opcode in ("getelementptr", "bitcast", "select", "freeze",
+                                             "alloca",
                                              "addrspacecast", "insertvalue", "extractvalue")
                               or ins.callee in DERIVED_POINTERS):
             return "recompute"
@@ -298,6 +316,10 @@ class ReverseGenerator:
 
     def _recompute(self, key, ins, block, depth) -> Value:
         e = self.e
+        if key[0] == "s" and ins.opcode == "alloca":
+            mem = self.primal(self.fn.defs["~mem"].value, block, depth)
+            return e.define("ptr", f"getelementptr inbounds i8, ptr {mem.ref}, "
+                                   f"i64 {self.shadow_memory[ins.name]}")
         if key[0] == "s":
             return e.define(ins.type, self._shadow_text(
                 ins, lambda v: self.primal(v, block, depth), lambda v: self.shadow(v, block, depth)))
@@ -330,9 +352,8 @@ class ReverseGenerator:
             body.declarations.update(e.declarations)
         self.e = tail = Emitter("~r.tail")
         tail.label("~exit")
-        for ins in self.fn.entry.instructions:
-            if ins.opcode == "alloca" and ins.name in self.act.shadowed:
-                tail.call("free", "void", [self.shadow(ins.value, "~exit")])
+        if self.shadow_memory:
+            tail.call("free", "void", [self.primal(self.fn.defs["~mem"].value, "~exit")])
         if d.adjoint_args:
             agg = Value("undef", d.rev_type, "const")
             for i, a in enumerate(d.adjoint_args):
@@ -532,7 +553,9 @@ class ReverseGenerator:
     def _reverse_runtime_call(self, ins, block) -> bool:
         """Reverse of Numba runtime calls and memory intrinsics; False if ``ins`` is none."""
         e, callee = self.e, ins.callee
-        if callee in ("NRT_decref", "NRT_Free"):
+        if callee in FREES:
+            if not self._postponed(ins):
+                return True
             # The forward sweep postponed the free to here, after every use.
             p = ins.args[0]
             e.call(callee, "void", [self.primal(p, block)])
@@ -553,6 +576,13 @@ class ReverseGenerator:
                     self.primal(ins.args[2], block)])
             return True
         return False
+
+    def _postponed(self, ins) -> bool:
+        """Whether a free waits for the reverse sweep. Memory reached through
+        an argument stays alive in the caller, so only frees of this
+        function's own allocations (or of pointers loaded from memory) wait."""
+        roots = pointer_roots(self.fn, ins.args[0])
+        return not roots or any(kind != "arg" for kind, _ in roots)
 
     def _root(self, v: Value):
         """The allocation, argument or load a pointer is derived from, as
@@ -644,6 +674,9 @@ class ReverseGenerator:
             if b is self.fn.entry:
                 for key in frame_keys:
                     e.emit(f"{local(slots[key])} = alloca {self.frame[key]}")
+                if self.shadow_memory:
+                    e.emit(f'{local("~mem")} = call ptr @calloc(i64 1, '
+                           f'i64 {self.shadow_memory_bytes})')
             if self._needs_edge(b):
                 edges = ", ".join(f"[ {self.cfg.preds(b.name).index(p)}, {local(p)} ]"
                                   for p in self.cfg.pred_edges[b.name])
@@ -692,9 +725,11 @@ class ReverseGenerator:
             e.emit(f"{local(ins.name)} = call {ins.type} @\"{callee.aug_name}\"({argtext})"
                    if ins.name else f"call {ins.type} @\"{callee.aug_name}\"({argtext})")
             return
-        if ins.opcode == "call" and ins.callee in ("NRT_decref", "NRT_Free"):
+        if ins.opcode == "call" and ins.callee in FREES and self._postponed(ins):
             return      # postponed to the matching point of the reverse sweep
         e.emit(_strip_metadata(ins.text))
+        if ins.opcode == "call" and ins.callee in FREES and self.act.is_shadowed(ins.args[0]):
+            e.emit(f'call void @"{ins.callee}"(ptr {self.forward_shadow(ins.args[0]).ref})')
         if ins.opcode == "store":
             value, ptr = ins.operands
             if self.act.is_shadowed(ptr) and contains_pointer(value.type):
@@ -707,9 +742,8 @@ class ReverseGenerator:
         if ins.name in self.act.shadowed:
             sname = local(shadow_name(ins.name))
             if ins.opcode == "alloca":
-                size = e.define("ptr", f"getelementptr {ins.source_type}, ptr null, i32 1")
-                nbytes = e.cast("ptrtoint", size, "i64")
-                e.emit(f"{sname} = call ptr @calloc(i64 1, i64 {nbytes.ref})")
+                e.emit(f'{sname} = getelementptr inbounds i8, ptr {local("~mem")}, '
+                       f"i64 {self.shadow_memory[ins.name]}")
             elif ins.callee in ALLOCATORS:
                 args = ", ".join(a.typed() for a in ins.args)
                 e.emit(f'{sname} = call ptr @"{ins.callee}"({args})')
