@@ -288,9 +288,6 @@ def cleanup(module):
     mpm.add_instruction_combine_pass()
     mpm.add_simplify_cfg_pass()
     mpm.add_dead_code_elimination_pass()
-    # Numba's own pruning of NRT_incref/NRT_decref pairs: fewer refcount calls
-    # means fewer shadow refcounts and postponed frees in the derivative.
-    mpm.add_refprune_pass()
     mpm.add_instruction_namer_pass()
     mpm.run(module, pb)
     return module

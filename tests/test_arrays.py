@@ -334,3 +334,27 @@ def test_matrix_product_is_unsupported_with_a_clear_message():
     A = np.ones((3, 3))
     with pytest.raises(enzpy.UnsupportedError, match="BLAS"):
         autodiff(Reverse, matvec, Duplicated(A, np.zeros_like(A)), Const(np.ones(3)))
+
+
+@njit
+def carried_fresh_arrays(s0, steps):
+    # a new array every step, carried to the next one (the JAX scan pattern)
+    s = s0.copy()
+    total = 0.0
+    for _ in range(steps):
+        total += s[0] * s[1]
+        s = 1.0 / (1.0 + s * s) + 0.5 * s
+    return total
+
+
+def test_many_fresh_arrays_stay_alive_for_the_reverse_sweep():
+    # Regression: frees of fresh arrays must wait for the reverse sweep, however
+    # many steps run; a premature free crashed at random.
+    s0 = np.array([0.3, 0.7])
+    for steps in (1, 50, 3000, 3000):
+        ds = np.zeros(2)
+        autodiff(Reverse, carried_fresh_arrays, Duplicated(s0, ds), Const(steps))
+        if steps == 50:
+            np.testing.assert_allclose(ds, fd_gradient(carried_fresh_arrays, [s0, 50], 0),
+                                       rtol=1e-6, atol=1e-9)
+        assert np.isfinite(ds).all()
