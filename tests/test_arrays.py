@@ -358,3 +358,33 @@ def test_many_fresh_arrays_stay_alive_for_the_reverse_sweep():
             np.testing.assert_allclose(ds, fd_gradient(carried_fresh_arrays, [s0, 50], 0),
                                        rtol=1e-6, atol=1e-9)
         assert np.isfinite(ds).all()
+
+
+@njit
+def step_with_fresh_array(level, s, y):
+    out = max((level + 2.0 * level ** 0.5) * s[0], 0.0)
+    level = y / s[0] + 0.5 * level
+    s = y / level + 0.5 * s
+    return level, s, out
+
+
+@njit
+def scan_like(s0, steps):
+    s = s0.copy()
+    level = 1.0
+    total = 0.0
+    for _ in range(steps):
+        level, s, out = step_with_fresh_array(level, s, 1.0)
+        total += out
+    return total
+
+
+def test_arrays_passed_through_callees_stay_alive():
+    # Regression (same bug, the JAX-scan shape): run it repeatedly, it crashed at random.
+    s0 = np.ones(2)
+    first = None
+    for _ in range(8):
+        ds = np.zeros(2)
+        autodiff(Reverse, scan_like, Duplicated(s0, ds), Const(3000))
+        first = ds.copy() if first is None else first
+        np.testing.assert_array_equal(ds, first)
