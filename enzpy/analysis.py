@@ -399,14 +399,14 @@ def split_loop_exits(fn: Function):
         return
     fn._exits_split = True
     cfg = ControlFlow(fn)
-    new_blocks = []
+    edges = set()             # an edge leaving nested loops is split once
     for h, latches in _back_edges(cfg).items():
         body = _loop_body(cfg, h, latches)
-        for x in sorted(body):
-            for y in list(dict.fromkeys(fn.block_map[x].successors)):
-                if y in body or cfg.dominates(h, y):
-                    continue
-                new_blocks.append(_split_edge(fn, x, y))
+        for x in body:
+            for y in fn.block_map[x].successors:
+                if y not in body and not cfg.dominates(h, y):
+                    edges.add((x, y))
+    new_blocks = [_split_edge(fn, x, y) for x, y in sorted(edges)]
     if new_blocks:
         fn.blocks.extend(new_blocks)
         fn.__post_init__()

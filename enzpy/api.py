@@ -290,7 +290,12 @@ def _build(disp, annotated, key) -> _Entry:
         activity, shadow_types = _activity(ctx, annotated, argtypes, return_active)
         with watch.stage("reverse"):
             builder = ModuleBuilder(model, lowered, blocks)
-            root = builder.build(low.symbol, activity)
+            try:
+                root = builder.build(low.symbol, activity)
+            except UnsupportedError as exc:
+                if f"'{low.name}'" in str(exc):
+                    raise
+                raise UnsupportedError(f"differentiating '{low.name}': {exc}") from None
             entry_name = f"enzpy.entry.{next(backend._ids)}.{low.symbol}"
             ret_slot = _return_slot_type(ctx, restype)
             text = builder.module_text(entry_function(

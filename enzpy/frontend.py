@@ -74,7 +74,7 @@ def _compile_again(dispatcher, argtypes, symbol):
         text = re.sub(r'^declare [^\n]*@"?' + re.escape(symbol) + r'"?\(.*$\n?', "",
                       text, flags=re.M)
         _raw_ir[symbol] = text.replace(new, symbol)
-        return _raw_ir[symbol]
+        return _raw_ir[symbol], cres.fndesc
 
 
 class Lowered:
@@ -84,6 +84,7 @@ class Lowered:
         self.dispatcher = dispatcher
         self.argtypes = tuple(argtypes)
         self.cres = dispatcher.overloads[self.argtypes]
+        self._typed = None
         self.symbol = self.cres.fndesc.mangled_name
         self.restype = self.cres.signature.return_type
         self.name = getattr(dispatcher.py_func, "__qualname__", self.symbol)
@@ -102,11 +103,25 @@ class Lowered:
             index += len(ctx.get_arg_packer([ty]).argument_types)
         return table
 
+    def typed_fndesc(self):
+        """The function descriptor with Numba's typing; a function loaded from
+        Numba's on-disk cache has none, so it is typed (compiled) once more."""
+        if self.cres.fndesc.calltypes is not None:
+            return self.cres.fndesc
+        if self._typed is None:
+            self._typed = _compile_again(self.dispatcher, self.argtypes, self.symbol)[1]
+        return self._typed
+
     def callees(self):
         """(dispatcher, argtypes) of the Numba functions this one calls."""
         found = []
-        typemap = self.cres.fndesc.typemap
-        for expr, sig in self.cres.fndesc.calltypes.items():
+        fndesc = self.typed_fndesc()
+        typemap = fndesc.typemap
+        for name, ty in typemap.items():
+            if isinstance(ty, types.Generator):
+                raise UnsupportedError(f"function '{self.name}' uses a generator ({ty}), "
+                                       f"which enzpy cannot differentiate")
+        for expr, sig in fndesc.calltypes.items():
             func = expr._kws.get("func") if hasattr(expr, "_kws") else None
             fnty = typemap.get(getattr(func, "name", ""), None)
             if isinstance(fnty, types.Dispatcher):
@@ -154,7 +169,7 @@ def _raw_text(lowered: Lowered) -> str:
     with _lock:
         text = _raw_ir.get(lowered.symbol)
     if text is None:
-        text = _compile_again(lowered.dispatcher, lowered.argtypes, lowered.symbol)
+        text = _compile_again(lowered.dispatcher, lowered.argtypes, lowered.symbol)[0]
     return text
 
 

@@ -141,6 +141,12 @@ class ReverseGenerator:
                         f"a value that depends on the differentiated inputs is stored to "
                         f"memory without a shadow (`{ins.text}`){self._where(ins)}: pass "
                         f"the array it writes as Duplicated(array, zero shadow), not Const")
+                if ins.opcode == "call" and self._escapes(ins):
+                    what = (f"'{ins.callee}', which enzpy cannot differentiate" if ins.callee
+                            else "an indirect call (indirect call with active arguments)")
+                    raise UnsupportedError(
+                        f"a value that depends on the differentiated inputs flows into "
+                        f"{what}{self._where(ins)}{_explain(ins.callee)}")
                 if ins.opcode == "call" and not self._is_derivative_call(ins) \
                         and not rules.INACTIVE_CALLS.match(ins.callee) \
                         and not rules.MEMORY_CALLS.match(ins.callee) \
@@ -211,6 +217,14 @@ class ReverseGenerator:
         """A load from memory nothing writes during the call: the reverse
         sweep reads it again instead of recording it."""
         return ins.opcode == "load" and self.builder.readonly.is_readonly(self.fn, ins.operands[0])
+
+    def _escapes(self, ins) -> bool:
+        """A call outside enzpy's knowledge receiving a varied float (e.g. boxing
+        it into a Python object in an objmode block): its derivative would be lost."""
+        if self.builder.differentiable_callee(ins.callee) or rules.has_rule(ins.callee) \
+                or rules.INACTIVE_CALLS.match(ins.callee) or rules.MEMORY_CALLS.match(ins.callee):
+            return False
+        return any(self.act.is_varied(a) and contains_float(a.type) for a in ins.args)
 
     def _is_derivative_call(self, ins) -> bool:
         """A call to a Numba function that must be differentiated itself."""
