@@ -131,9 +131,6 @@ class ModuleBuilder:
                     _SHARED.setdefault(key, (d, self.library))
             STATS.derivative_functions += len(self.derivatives) - len(self.reused)
 
-    def declare_derivative(self, deriv):
-        """Calls go to functions of this same module: nothing to declare."""
-
     def describe(self, symbol, ins) -> str:
         """' in function 'f' (near line N)' for messages about ``ins``."""
         block = self.original_blocks.get(symbol, {}).get(ins.name) or (

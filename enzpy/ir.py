@@ -145,33 +145,31 @@ _GEP_RE = re.compile(r"getelementptr\s+(?:inbounds\s+|nuw\s+|nusw\s+|inrange\(\S
 _CASE_RE = re.compile(r"(\w+\s+-?\d+|\w+\s+true|\w+\s+false),\s*label\s+%(\"(?:[^\"\\]|\\.)*\"|[-\w.$]+)")
 
 
+def split_top(text: str) -> list:
+    """Split at commas outside brackets and quotes (operand lists, struct fields)."""
+    parts, depth, start, quoted = [], 0, 0, False
+    for i, ch in enumerate(text):
+        if ch == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    tail = text[start:].strip()
+    if tail:
+        parts.append(tail)
+    return parts
+
+
 def leading_type(text: str) -> str:
     """The type at the start of ``text`` (up to the first top-level comma)."""
-    depth = 0
-    for i, ch in enumerate(text):
-        if ch in "{[<(":
-            depth += 1
-        elif ch in "}]>)":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            return text[:i].strip()
-    return text.strip()
-
-
-def split_fields(body: str) -> list:
-    """The comma-separated field types of a struct body (``double, { i64, ptr }``)."""
-    depth, start, out = 0, 0, []
-    for i, ch in enumerate(body):
-        if ch in "{[<(":
-            depth += 1
-        elif ch in "}])>":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            out.append(body[start:i].strip())
-            start = i + 1
-    if body[start:].strip():
-        out.append(body[start:].strip())
-    return out
+    parts = split_top(text)
+    return parts[0] if parts else ""
 
 
 def _unquote(name: str) -> str:

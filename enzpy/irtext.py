@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .ir import Block, Function, Instruction, Module, Value, leading_type, local, split_fields
+from .ir import Block, Function, Instruction, Module, Value, leading_type, local, split_top
 
 _BINARY = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr",
            "and", "or", "xor", "fadd", "fsub", "fmul", "fdiv", "frem"}
@@ -39,27 +39,6 @@ def unquote(name: str) -> str:
     if name.startswith('"'):
         return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), name[1:-1])
     return name
-
-
-def split_top(text: str) -> list:
-    """Split at commas outside brackets and quotes."""
-    parts, depth, start, quoted = [], 0, 0, False
-    for i, ch in enumerate(text):
-        if ch == '"':
-            quoted = not quoted
-        elif quoted:
-            continue
-        elif ch in "([{<":
-            depth += 1
-        elif ch in ")]}>":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    tail = text[start:].strip()
-    if tail:
-        parts.append(tail)
-    return parts
 
 
 def take_type(text: str):
@@ -298,9 +277,9 @@ def element_type(ty: str, index: int) -> str:
     """The type of field ``index`` of a struct or array type."""
     ty = ty.strip()
     if ty.startswith("<{"):
-        return split_fields(ty[2:-2])[index]
+        return split_top(ty[2:-2])[index]
     if ty.startswith("{"):
-        return split_fields(ty[1:-1])[index]
+        return split_top(ty[1:-1])[index]
     if ty.startswith("[") or ty.startswith("<"):
         return ty[1:-1].split(" x ", 1)[1].strip()
     raise ValueError(f"cannot index type {ty}")

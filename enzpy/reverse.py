@@ -26,7 +26,7 @@ from .custom import BLAS_UNSUPPORTED
 from .emitter import Emitter
 from .errors import UnsupportedError
 from .ir import (Instruction, Value, contains_float, contains_pointer, is_float_type, local,
-                 split_fields)
+                 split_top)
 from .tape import POP, PUSH, SINK_READ, SINK_WRITE, slot_bytes
 
 RECOMPUTABLE = {
@@ -735,7 +735,6 @@ class ReverseGenerator:
                      if act == "dup"]
             args.append(Value('%"enzpy.tape"', "ptr", "arg"))
             argtext = ", ".join(a.typed() for a in args)
-            self.builder.declare_derivative(callee)
             e.emit(f"{local(ins.name)} = call {ins.type} @\"{callee.aug_name}\"({argtext})"
                    if ins.name else f"call {ins.type} @\"{callee.aug_name}\"({argtext})")
             return
@@ -899,7 +898,7 @@ def add_values(e: Emitter, a: Value, b: Value) -> Value:
         return e.fadd(a, b)
     if ty.startswith("{") or ty.startswith("["):
         if ty.startswith("{"):
-            fields = split_fields(ty.strip("{} "))
+            fields = split_top(ty.strip("{} "))
         else:
             count, elt = ty[1:-1].split(" x ", 1)
             fields = [elt.strip()] * int(count)

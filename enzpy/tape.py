@@ -7,7 +7,7 @@ reverse sweep releases the same block in reverse order. Growth (``realloc``) is
 the rare, out-of-line branch.
 """
 
-from .ir import split_fields
+from .ir import split_top
 
 TAPE_TYPE = "{ ptr, i64, i64, i64 }"
 SLOT = 8          # every recorded scalar takes one 8-byte slot
@@ -136,7 +136,7 @@ def slot_bytes(ty: str) -> int:
     """Bytes a value of type ``ty`` takes on the tape (8 per scalar leaf)."""
     if ty.startswith("{") or ty.startswith("<{"):
         inner = ty.strip("<>{} ")
-        return sum(slot_bytes(t) for t in split_fields(inner))
+        return sum(slot_bytes(t) for t in split_top(inner))
     if ty.startswith("["):
         count, elt = ty[1:-1].split(" x ", 1)
         return int(count) * slot_bytes(elt.strip())
