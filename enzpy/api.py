@@ -16,7 +16,7 @@ from numba.core.registry import cpu_target
 
 from . import backend, frontend
 from .cache import STATS, ModuleBuilder, entry_function
-from .reverse import INLINE_LIMIT
+from .augment import INLINE_LIMIT
 from .errors import UnsupportedError
 from .irtext import read_module_text
 

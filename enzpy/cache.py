@@ -194,7 +194,7 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
                      for k, t in enumerate(types_)]
     params = ", ".join([f"{a.type} {local(a.name)}" for a in user]
                        + [f"{t} {ref}" for t, ref in shadow_params])
-    args = [f"ptr %ret", "ptr %excinfo"] + [f"{a.type} {local(a.name)}" for a in user]
+    args = ["ptr %ret", "ptr %excinfo"] + [f"{a.type} {local(a.name)}" for a in user]
     if return_active:
         args.append("ptr %shadow.ret")
     args += [f"ptr %s{j}.{k}" for j in range(len(shadow_arrays)) for k in shadowed_fields]

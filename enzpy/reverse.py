@@ -20,14 +20,14 @@ from __future__ import annotations
 import re
 
 from . import rules
-from .analysis import (ALLOCATORS, DERIVED_POINTERS, POINTER_PROPAGATING, Activity, ControlFlow,
-                       pointer_roots)
-from .custom import BLAS_UNSUPPORTED
+from .analysis import DERIVED_POINTERS, Activity, ControlFlow
 from .emitter import Emitter
 from .errors import UnsupportedError
 from .ir import (Instruction, Value, contains_float, contains_pointer, is_float_type, local,
                  split_top)
-from .tape import POP, PUSH, SINK_READ, SINK_WRITE, slot_bytes
+from .augment import AugmentedForward
+from .memory import ShadowMemory, explain, null_shadow, shadow_name, slot_at
+from .tape import POP, slot_bytes
 
 RECOMPUTABLE = {
     "fadd", "fsub", "fmul", "fneg", "add", "sub", "mul", "shl", "lshr", "ashr", "and", "or", "xor", "udiv", "sdiv",
@@ -35,14 +35,7 @@ RECOMPUTABLE = {
     "fpext", "fptrunc", "icmp", "fcmp", "select", "getelementptr", "extractvalue",
     "insertvalue", "bitcast", "ptrtoint", "inttoptr", "freeze",
 }
-_RECOMPUTE_DEPTH = 6
-INLINE_LIMIT = 120
-FREES = ("NRT_decref", "NRT_Free")         # instructions of a primal function whose derivative may be inlined
-_METADATA = re.compile(r",\s*!\w+\s+!\d+")
-
-
-def shadow_name(name: str) -> str:
-    return "~s." + name
+_RECOMPUTE_DEPTH = 6         # instructions of a primal function whose derivative may be inlined
 
 
 class Lazy(Value):
@@ -98,7 +91,7 @@ class FunctionDerivative:
                 f'declare {self.rev_type} @"{self.rev_name}"({types})']
 
 
-class ReverseGenerator:
+class ReverseGenerator(AugmentedForward, ShadowMemory):
     """Writes the aug and rev functions of one FunctionDerivative."""
 
     def __init__(self, builder, deriv: FunctionDerivative, describe):
@@ -146,28 +139,14 @@ class ReverseGenerator:
                             else "an indirect call (indirect call with active arguments)")
                     raise UnsupportedError(
                         f"a value that depends on the differentiated inputs flows into "
-                        f"{what}{self._where(ins)}{_explain(ins.callee)}")
+                        f"{what}{self._where(ins)}{explain(ins.callee)}")
                 if ins.opcode == "call" and not self._is_derivative_call(ins) \
                         and not rules.INACTIVE_CALLS.match(ins.callee) \
                         and not rules.MEMORY_CALLS.match(ins.callee) \
                         and any(self.act.is_shadowed(a) for a in ins.args):
                     raise UnsupportedError(
                         f"call to '{ins.callee or 'an indirect function'}' with "
-                        f"differentiable memory{self._where(ins)}{_explain(ins.callee)}")
-
-    def _shadow_memory_layout(self) -> dict:
-        """Offsets of the shadows of this function's allocas in one zeroed block,
-        allocated once per call (``~mem``) and freed by the reverse sweep."""
-        offsets, total = {}, 0
-        for ins in self.fn.entry.instructions:
-            if ins.opcode == "alloca" and ins.name in self.act.shadowed:
-                offsets[ins.name] = total
-                total += -(-slot_bytes(ins.source_type) // 16) * 16
-        if offsets:
-            mem = Instruction("~mem", "call", "ptr", [], "", self.fn.entry, callee="calloc")
-            self.fn.defs[mem.name] = mem
-            self.shadow_memory_bytes = total
-        return offsets
+                        f"differentiable memory{self._where(ins)}{explain(ins.callee)}")
 
     def _find_inductions(self) -> dict:
         """Integer phis ``i = phi [init, preheader], [i +/- step, latch]`` of
@@ -267,27 +246,6 @@ class ReverseGenerator:
         if v.kind != "inst" or v.name not in self.act.shadowed:
             return null_shadow(v.type)
         return self._fetch(("s", v.name), self.fn.defs[v.name], block, depth)
-
-    def guard(self, ptr: Value, write=False) -> Value:
-        """``ptr``, or scratch memory when it is null: a shadow pointer is null
-        when its primal points to memory that carries no derivative. Reads then
-        see zeros (a buffer never written); writes go to a second buffer."""
-        sink = Value(f"@{SINK_WRITE if write else SINK_READ}", "ptr", "global")
-        if ptr.ref == "null":
-            return sink
-        if self._never_null(ptr):
-            return ptr
-        e = self.e
-        is_null = e.define("i1", f"icmp eq ptr {ptr.ref}, null")
-        return e.define("ptr", f"select i1 {is_null.ref}, ptr {sink.ref}, ptr {ptr.ref}")
-
-    def _never_null(self, ptr: Value) -> bool:
-        name = ptr.name[len("~s."):] if ptr.name.startswith("~s.") else None
-        ins = self.fn.defs.get(name) if name else None
-        while ins is not None and ins.opcode in ("getelementptr", "bitcast"):
-            base = ins.operands[0]
-            ins = self.fn.defs.get(base.name) if base.kind == "inst" else None
-        return ins is not None and (ins.opcode == "alloca" or ins.callee in ALLOCATORS)
 
     def _fetch(self, key, ins, block, depth):
         iv = self.inductions.get(key[1]) if key[0] == "p" else None
@@ -398,9 +356,9 @@ class ReverseGenerator:
         offset = 0
         for key, ty in self.frame.items():
             e.emit(f"{local(f'~fr.{key[0]}.{key[1]}')} = load {ty}, ptr "
-                   f"{_at(e, slot, offset)}, align 8")
+                   f"{slot_at(e, slot, offset)}, align 8")
             offset += slot_bytes(ty)
-        exit_id = e.define("i32", f"load i32, ptr {_at(e, slot, offset)}, align 8")
+        exit_id = e.define("i32", f"load i32, ptr {slot_at(e, slot, offset)}, align 8")
         cases = " ".join(f"i32 {i}, label {local('~rev.' + b)}" for i, b in enumerate(exits))
         e.emit(f"switch i32 {exit_id.ref}, label {local('~rev.' + exits[0])} [ {cases} ]")
 
@@ -414,10 +372,10 @@ class ReverseGenerator:
         offset = 0
         for key, ty in pushed.items():
             e.emit(f"{local(f'~rv.{b.name}.{key[0]}.{key[1]}')} = load {ty}, ptr "
-                   f"{_at(e, slot, offset)}, align 8")
+                   f"{slot_at(e, slot, offset)}, align 8")
             offset += slot_bytes(ty)
         if self._needs_edge(b):
-            e.emit(f"{local(f'~edge.{b.name}')} = load i32, ptr {_at(e, slot, offset)}, align 8")
+            e.emit(f"{local(f'~edge.{b.name}')} = load i32, ptr {slot_at(e, slot, offset)}, align 8")
 
     def _needs_edge(self, b) -> bool:
         """Whether the edge into ``b`` must be recorded (it cannot be recomputed)."""
@@ -564,79 +522,6 @@ class ReverseGenerator:
             raise UnsupportedError(f"no derivative rule for instruction `{ins.text}`"
                                    f"{self._where(ins)}")
 
-    def _reverse_runtime_call(self, ins, block) -> bool:
-        """Reverse of Numba runtime calls and memory intrinsics; False if ``ins`` is none."""
-        e, callee = self.e, ins.callee
-        if callee in FREES:
-            if not self._postponed(ins):
-                return True
-            # The forward sweep postponed the free to here, after every use.
-            p = ins.args[0]
-            e.call(callee, "void", [self.primal(p, block)])
-            if self.act.is_shadowed(p):
-                e.call(callee, "void", [self.shadow(p, block)])
-            return True
-        if callee.startswith("llvm.memset") and self.act.is_shadowed(ins.args[0]):
-            e.call("enzpy.memzero", "void", [self.shadow(ins.args[0], block),
-                                             self.primal(ins.args[2], block)])
-            return True
-        if callee.startswith(("llvm.memcpy", "llvm.memmove")) and (
-                self.act.is_shadowed(ins.args[0]) or self.act.is_shadowed(ins.args[1])):
-            if self._holds_pointers(ins.args[0]):
-                return True
-            elt = self._float_element(ins)
-            e.call(f"enzpy.memcpy.adjoint.{elt}", "void",
-                   [self.shadow(ins.args[0], block), self.shadow(ins.args[1], block),
-                    self.primal(ins.args[2], block)])
-            return True
-        return False
-
-    def _postponed(self, ins) -> bool:
-        """Whether a free waits for the reverse sweep. Memory reached through
-        an argument stays alive in the caller, so only frees of this
-        function's own allocations (or of pointers loaded from memory) wait."""
-        roots = pointer_roots(self.fn, ins.args[0])
-        return not roots or any(kind != "arg" for kind, _ in roots)
-
-    def _root(self, v: Value):
-        """The allocation, argument or load a pointer is derived from, as
-        (kind, name, instruction or None)."""
-        while v.kind == "inst":
-            ins = self.fn.defs[v.name]
-            if ins.opcode in ("getelementptr", "bitcast", "addrspacecast", "freeze"):
-                v = ins.operands[0]
-            else:
-                return ("inst", ins.name, ins)
-        return (v.kind, v.name or v.ref, None)
-
-    def _holds_pointers(self, ptr: Value) -> bool:
-        root = self._root(ptr)[2]
-        return root is not None and root.opcode == "alloca" and \
-            contains_pointer(root.source_type) and not contains_float(root.source_type)
-
-    def _float_element(self, ins) -> str:
-        """The float type a memcpy moves, from the loads and stores on its operands."""
-        roots = {self._root(a)[:2] for a in ins.args[:2]}
-        found = set()
-        for b in self.fn.blocks:
-            for other in b.instructions:
-                if other.opcode in ("load", "store"):
-                    ptr = other.operands[0] if other.opcode == "load" else other.operands[1]
-                    ty = other.type if other.opcode == "load" else other.operands[0].type
-                    if is_float_type(ty) and self._root(ptr)[:2] in roots:
-                        found.add(ty)
-        if not found:
-            for kind, name, _ in (self._root(a) for a in ins.args[:2]):
-                if kind == "arg":
-                    index = [a.name for a in self.fn.args].index(name)
-                    ty = self.builder.data_pointer_type(self.fn.name, index)
-                    if ty:
-                        found.add(ty)
-        if len(found) != 1:
-            raise UnsupportedError(f"cannot tell which float type `{ins.text}` copies"
-                                   f"{self._where(ins)}")
-        return found.pop()
-
     def _apply_rule(self, ins, adj, block):
         e = self.e
         name = ins.callee if ins.opcode == "call" else ins.opcode
@@ -675,197 +560,6 @@ class ReverseGenerator:
             self._accumulate(operand, e.extract(out, i, a.type))
 
     # -- the augmented forward function ------------------------------------------
-    def _augmented_function(self) -> str:
-        d = self.d
-        e = self.e = Emitter("~a")
-        frame_keys = list(self.frame)
-        slots = {key: f"~slot.{key[0]}.{key[1]}" for key in frame_keys}
-        defined_in = {}
-        for key in frame_keys:
-            defined_in.setdefault(self.fn.defs[key[1]].block.name, []).append(key)
-        for b in self.fn.blocks:
-            e.label(b.name)
-            if b is self.fn.entry:
-                for key in frame_keys:
-                    e.emit(f"{local(slots[key])} = alloca {self.frame[key]}")
-                if self.shadow_memory:
-                    e.emit(f'{local("~mem")} = call ptr @calloc(i64 1, '
-                           f'i64 {self.shadow_memory_bytes})')
-            if self._needs_edge(b):
-                edges = ", ".join(f"[ {self.cfg.preds(b.name).index(p)}, {local(p)} ]"
-                                  for p in self.cfg.pred_edges[b.name])
-                e.emit(f"{local('~edge.' + b.name)} = phi i32 {edges}")
-            loop = self.loops.get(b.name)
-            if loop is not None:
-                counter = local(f"~ctr.{b.name}")
-                e.emit(f"{counter} = phi i64 [ 0, {local(loop.preheader)} ], "
-                       f"[ {local(f'~ctr.{b.name}.next')}, {local(loop.latch)} ]")
-            for ins in b.instructions[:-1]:
-                self._forward_instruction(ins)
-            if loop is not None:
-                e.emit(f"{local(f'~ctr.{b.name}.next')} = add i64 {counter}, 1")
-            for key in defined_in.get(b.name, []):
-                value = self._forward_value(key)
-                e.emit(f"store {self.frame[key]} {value}, ptr {local(slots[key])}")
-            self._push_block(b)
-            if b.terminator.opcode == "ret":
-                self._push_frame(b, slots)
-            e.emit(_strip_metadata(b.terminator.text))
-        self.builder.declarations.update(e.declarations)
-        return (f"define internal {self.fn.return_type} @\"{d.aug_name}\"({', '.join(d.params)})"
-                f"{self._inlining()} {{\n"
-                + "\n".join(e.lines) + "\n}\n")
-
-    def _inlining(self) -> str:
-        """Derivatives of big functions stay separate functions: inlining them
-        into their callers makes giant functions whose machine code takes
-        superlinear time to generate (what stalled Enzyme's builds)."""
-        size = sum(len(b.instructions) for b in self.fn.blocks)
-        return " noinline" if size > INLINE_LIMIT else ""
-
-    def _forward_value(self, key) -> str:
-        return local(key[1]) if key[0] == "p" else local(shadow_name(key[1]))
-
-    def _forward_instruction(self, ins):
-        e = self.e
-        if ins.opcode == "call" and self._is_derivative_call(ins):
-            callee = self._callee(ins)
-            args = list(ins.args)
-            args += [self.forward_shadow(a) for a, act in zip(ins.args, callee.activity)
-                     if act == "dup"]
-            args.append(Value('%"enzpy.tape"', "ptr", "arg"))
-            argtext = ", ".join(a.typed() for a in args)
-            e.emit(f"{local(ins.name)} = call {ins.type} @\"{callee.aug_name}\"({argtext})"
-                   if ins.name else f"call {ins.type} @\"{callee.aug_name}\"({argtext})")
-            return
-        if ins.opcode == "call" and ins.callee in FREES and self._postponed(ins):
-            return      # postponed to the matching point of the reverse sweep
-        e.emit(_strip_metadata(ins.text))
-        if ins.opcode == "call" and ins.callee in FREES and self.act.is_shadowed(ins.args[0]):
-            e.emit(f'call void @"{ins.callee}"(ptr {self.forward_shadow(ins.args[0]).ref})')
-        if ins.opcode == "store":
-            value, ptr = ins.operands
-            if self.act.is_shadowed(ptr) and contains_pointer(value.type):
-                # Shadow memory mirrors pointers with their shadows.
-                addr = self.guard(self.forward_shadow(ptr), write=True)
-                e.emit(f"store {value.type} {self.forward_shadow(value).ref}, "
-                       f"ptr {addr.ref}, align 1")
-        elif ins.opcode == "call":
-            self._forward_runtime_call(ins)
-        if ins.name in self.act.shadowed:
-            sname = local(shadow_name(ins.name))
-            if ins.opcode == "alloca":
-                e.emit(f'{sname} = getelementptr inbounds i8, ptr {local("~mem")}, '
-                       f"i64 {self.shadow_memory[ins.name]}")
-            elif ins.callee in ALLOCATORS:
-                args = ", ".join(a.typed() for a in ins.args)
-                e.emit(f'{sname} = call ptr @"{ins.callee}"({args})')
-                data = e.call("NRT_MemInfo_data_fast", "ptr", [Value(sname, "ptr", "inst")])
-                e.emit(f"call void @llvm.memset.p0.i64(ptr {data.ref}, i8 0, "
-                       f"{ins.args[0].typed()}, i1 false)")
-            else:
-                e.emit(f"{sname} = " + self._shadow_text(ins, lambda v: v, self.forward_shadow))
-
-    def _forward_runtime_call(self, ins):
-        """Shadow bookkeeping for Numba runtime calls and memory intrinsics."""
-        e = self.e
-        callee = ins.callee
-        if callee == "NRT_incref" and self.act.is_shadowed(ins.args[0]):
-            e.emit(f'call void @"NRT_incref"(ptr {self.forward_shadow(ins.args[0]).ref})')
-        elif callee.startswith(("llvm.memset", "llvm.memcpy", "llvm.memmove")):
-            dst = ins.args[0]
-            if self.act.is_shadowed(dst) and self._holds_pointers(dst):
-                args = [self.guard(self.forward_shadow(dst), write=True).typed()]
-                src = ins.args[1]
-                args.append(self.guard(self.forward_shadow(src)).typed()
-                            if callee.startswith(("llvm.memcpy", "llvm.memmove")) else src.typed())
-                args += [a.typed() for a in ins.args[2:]]
-                e.emit(f'call void @"{callee}"({", ".join(args)})')
-
-    def forward_shadow(self, v: Value) -> Value:
-        if v.kind in ("inst", "arg") and v.name in self.act.shadowed:
-            return Value(local(shadow_name(v.name)), v.type, v.kind, shadow_name(v.name))
-        return null_shadow(v.type)
-
-    def _shadow_text(self, ins, primal, shadow) -> str:
-        """The same address computation as ``ins``, on shadow pointers."""
-        op, ty = ins.opcode, ins.type
-        if op == "getelementptr":
-            base, *idx = ins.operands
-            flags = "inbounds " if " inbounds " in ins.text else ""
-            indices = "".join(f", {i.type} {primal(i).ref}" for i in idx)
-            return f"getelementptr {flags}{ins.source_type}, ptr {shadow(base).ref}{indices}"
-        if op == "select":
-            c, a, b = ins.operands
-            return f"select i1 {primal(c).ref}, {ty} {shadow(a).ref}, {ty} {shadow(b).ref}"
-        if op == "phi":
-            inc = ", ".join(f"[ {shadow(v).ref}, {local(blk)} ]" for v, blk in ins.incoming)
-            return f"phi {ty} {inc}"
-        if op == "load":
-            addr = self.guard(shadow(ins.operands[0]))
-            return f"load {ty}, ptr {addr.ref}, align 1"
-        if op == "extractvalue":
-            agg = ins.operands[0]
-            return f"extractvalue {agg.type} {shadow(agg).ref}, {', '.join(map(str, ins.indices))}"
-        if op == "insertvalue":
-            agg, elt = ins.operands
-            elt_shadow = shadow(elt) if contains_pointer(elt.type) else elt
-            return (f"insertvalue {ty} {shadow(agg).ref}, {elt.type} {elt_shadow.ref}, "
-                    f"{', '.join(map(str, ins.indices))}")
-        if op == "call" and ins.callee in DERIVED_POINTERS:
-            addr = self.guard(shadow(ins.operands[0]))
-            return f'call ptr @"{ins.callee}"(ptr {addr.ref})'
-        if op in POINTER_PROPAGATING:
-            return f"{op} {ins.operands[0].type} {shadow(ins.operands[0]).ref} to {ty}"
-        raise UnsupportedError(f"cannot build the shadow of `{ins.text}`{self._where(ins)}")
-
-    def _push_block(self, b):
-        pushed = self.pushed.get(b.name, {})
-        if not (pushed or self._needs_edge(b)):
-            return
-        e = self.e
-        size = sum(slot_bytes(t) for t in pushed.values()) + (8 if self._needs_edge(b) else 0)
-        slot = e.call(PUSH, "ptr", [Value('%"enzpy.tape"', "ptr", "arg"), Value(str(size), "i64", "const")])
-        offset = 0
-        for key, ty in pushed.items():
-            e.emit(f"store {ty} {self._forward_value(key)}, ptr {_at(e, slot, offset)}, align 8")
-            offset += slot_bytes(ty)
-        if self._needs_edge(b):
-            e.emit(f"store i32 {local('~edge.' + b.name)}, ptr {_at(e, slot, offset)}, align 8")
-
-    def _push_frame(self, b, slots):
-        e = self.e
-        size = sum(slot_bytes(t) for t in self.frame.values()) + 8
-        slot = e.call(PUSH, "ptr", [Value('%"enzpy.tape"', "ptr", "arg"), Value(str(size), "i64", "const")])
-        offset = 0
-        for key, ty in self.frame.items():
-            v = e.define(ty, f"load {ty}, ptr {local(slots[key])}")
-            e.emit(f"store {ty} {v.ref}, ptr {_at(e, slot, offset)}, align 8")
-            offset += slot_bytes(ty)
-        e.emit(f"store i32 {self.cfg.exits.index(b.name)}, ptr {_at(e, slot, offset)}, align 8")
-
-
-def _explain(callee: str) -> str:
-    if callee in BLAS_UNSUPPORTED:
-        return ("; this is BLAS, which Numba calls for np.dot / @ on 2-D arrays: enzpy has "
-                "no derivative for it yet (write the product as loops)")
-    return ""
-
-
-def null_shadow(ty: str) -> Value:
-    return Value("null" if ty == "ptr" else "zeroinitializer", ty, "const")
-
-
-def _at(e: Emitter, base: Value, offset: int) -> str:
-    if offset == 0:
-        return base.ref
-    return e.define("ptr", f"getelementptr inbounds i8, ptr {base.ref}, i64 {offset}").ref
-
-
-def _strip_metadata(text: str) -> str:
-    return _METADATA.sub("", text)
-
-
 def _rewrite(ins, ops) -> str:
     """``ins`` as text with its operands replaced by ``ops`` (for recomputation)."""
     op = ins.opcode

@@ -1,0 +1,156 @@
+"""The augmented forward sweep: the primal's code plus shadows and the tape's records.
+
+Mixed into ``reverse.ReverseGenerator``: the reverse sweep decides what it
+needs (planning pass); this writes the function that computes the primal,
+maintains shadow pointers and records, per basic-block execution, the values
+and edges the reverse sweep will pop, and the per-call frame at return.
+"""
+from __future__ import annotations
+
+from .emitter import Emitter
+from .ir import Value, contains_pointer, local
+from .memory import (ALLOCATORS, FREES, null_shadow, shadow_name, slot_at, strip_metadata)
+from .tape import PUSH, slot_bytes
+
+INLINE_LIMIT = 120         # instructions of a primal function whose derivative may be inlined
+
+
+class AugmentedForward:
+    """Generator methods writing the augmented forward function."""
+
+    def _augmented_function(self) -> str:
+        d = self.d
+        e = self.e = Emitter("~a")
+        frame_keys = list(self.frame)
+        slots = {key: f"~slot.{key[0]}.{key[1]}" for key in frame_keys}
+        defined_in = {}
+        for key in frame_keys:
+            defined_in.setdefault(self.fn.defs[key[1]].block.name, []).append(key)
+        for b in self.fn.blocks:
+            e.label(b.name)
+            if b is self.fn.entry:
+                for key in frame_keys:
+                    e.emit(f"{local(slots[key])} = alloca {self.frame[key]}")
+                if self.shadow_memory:
+                    e.emit(f'{local("~mem")} = call ptr @calloc(i64 1, '
+                           f'i64 {self.shadow_memory_bytes})')
+            if self._needs_edge(b):
+                edges = ", ".join(f"[ {self.cfg.preds(b.name).index(p)}, {local(p)} ]"
+                                  for p in self.cfg.pred_edges[b.name])
+                e.emit(f"{local('~edge.' + b.name)} = phi i32 {edges}")
+            loop = self.loops.get(b.name)
+            if loop is not None:
+                counter = local(f"~ctr.{b.name}")
+                e.emit(f"{counter} = phi i64 [ 0, {local(loop.preheader)} ], "
+                       f"[ {local(f'~ctr.{b.name}.next')}, {local(loop.latch)} ]")
+            for ins in b.instructions[:-1]:
+                self._forward_instruction(ins)
+            if loop is not None:
+                e.emit(f"{local(f'~ctr.{b.name}.next')} = add i64 {counter}, 1")
+            for key in defined_in.get(b.name, []):
+                value = self._forward_value(key)
+                e.emit(f"store {self.frame[key]} {value}, ptr {local(slots[key])}")
+            self._push_block(b)
+            if b.terminator.opcode == "ret":
+                self._push_frame(b, slots)
+            e.emit(strip_metadata(b.terminator.text))
+        self.builder.declarations.update(e.declarations)
+        return (f"define internal {self.fn.return_type} @\"{d.aug_name}\"({', '.join(d.params)})"
+                f"{self._inlining()} {{\n"
+                + "\n".join(e.lines) + "\n}\n")
+
+    def _inlining(self) -> str:
+        """Derivatives of big functions stay separate functions: inlining them
+        into their callers makes giant functions whose machine code takes
+        superlinear time to generate (what stalled Enzyme's builds)."""
+        size = sum(len(b.instructions) for b in self.fn.blocks)
+        return " noinline" if size > INLINE_LIMIT else ""
+
+    def _forward_value(self, key) -> str:
+        return local(key[1]) if key[0] == "p" else local(shadow_name(key[1]))
+
+    def _forward_instruction(self, ins):
+        e = self.e
+        if ins.opcode == "call" and self._is_derivative_call(ins):
+            callee = self._callee(ins)
+            args = list(ins.args)
+            args += [self.forward_shadow(a) for a, act in zip(ins.args, callee.activity)
+                     if act == "dup"]
+            args.append(Value('%"enzpy.tape"', "ptr", "arg"))
+            argtext = ", ".join(a.typed() for a in args)
+            e.emit(f"{local(ins.name)} = call {ins.type} @\"{callee.aug_name}\"({argtext})"
+                   if ins.name else f"call {ins.type} @\"{callee.aug_name}\"({argtext})")
+            return
+        if ins.opcode == "call" and ins.callee in FREES and self._postponed(ins):
+            return      # postponed to the matching point of the reverse sweep
+        e.emit(strip_metadata(ins.text))
+        if ins.opcode == "call" and ins.callee in FREES and self.act.is_shadowed(ins.args[0]):
+            e.emit(f'call void @"{ins.callee}"(ptr {self.forward_shadow(ins.args[0]).ref})')
+        if ins.opcode == "store":
+            value, ptr = ins.operands
+            if self.act.is_shadowed(ptr) and contains_pointer(value.type):
+                # Shadow memory mirrors pointers with their shadows.
+                addr = self.guard(self.forward_shadow(ptr), write=True)
+                e.emit(f"store {value.type} {self.forward_shadow(value).ref}, "
+                       f"ptr {addr.ref}, align 1")
+        elif ins.opcode == "call":
+            self._forward_runtime_call(ins)
+        if ins.name in self.act.shadowed:
+            sname = local(shadow_name(ins.name))
+            if ins.opcode == "alloca":
+                e.emit(f'{sname} = getelementptr inbounds i8, ptr {local("~mem")}, '
+                       f"i64 {self.shadow_memory[ins.name]}")
+            elif ins.callee in ALLOCATORS:
+                args = ", ".join(a.typed() for a in ins.args)
+                e.emit(f'{sname} = call ptr @"{ins.callee}"({args})')
+                data = e.call("NRT_MemInfo_data_fast", "ptr", [Value(sname, "ptr", "inst")])
+                e.emit(f"call void @llvm.memset.p0.i64(ptr {data.ref}, i8 0, "
+                       f"{ins.args[0].typed()}, i1 false)")
+            else:
+                e.emit(f"{sname} = " + self._shadow_text(ins, lambda v: v, self.forward_shadow))
+
+    def _forward_runtime_call(self, ins):
+        """Shadow bookkeeping for Numba runtime calls and memory intrinsics."""
+        e = self.e
+        callee = ins.callee
+        if callee == "NRT_incref" and self.act.is_shadowed(ins.args[0]):
+            e.emit(f'call void @"NRT_incref"(ptr {self.forward_shadow(ins.args[0]).ref})')
+        elif callee.startswith(("llvm.memset", "llvm.memcpy", "llvm.memmove")):
+            dst = ins.args[0]
+            if self.act.is_shadowed(dst) and self._holds_pointers(dst):
+                args = [self.guard(self.forward_shadow(dst), write=True).typed()]
+                src = ins.args[1]
+                args.append(self.guard(self.forward_shadow(src)).typed()
+                            if callee.startswith(("llvm.memcpy", "llvm.memmove")) else src.typed())
+                args += [a.typed() for a in ins.args[2:]]
+                e.emit(f'call void @"{callee}"({", ".join(args)})')
+
+    def forward_shadow(self, v: Value) -> Value:
+        if v.kind in ("inst", "arg") and v.name in self.act.shadowed:
+            return Value(local(shadow_name(v.name)), v.type, v.kind, shadow_name(v.name))
+        return null_shadow(v.type)
+
+    def _push_block(self, b):
+        pushed = self.pushed.get(b.name, {})
+        if not (pushed or self._needs_edge(b)):
+            return
+        e = self.e
+        size = sum(slot_bytes(t) for t in pushed.values()) + (8 if self._needs_edge(b) else 0)
+        slot = e.call(PUSH, "ptr", [Value('%"enzpy.tape"', "ptr", "arg"), Value(str(size), "i64", "const")])
+        offset = 0
+        for key, ty in pushed.items():
+            e.emit(f"store {ty} {self._forward_value(key)}, ptr {slot_at(e, slot, offset)}, align 8")
+            offset += slot_bytes(ty)
+        if self._needs_edge(b):
+            e.emit(f"store i32 {local('~edge.' + b.name)}, ptr {slot_at(e, slot, offset)}, align 8")
+
+    def _push_frame(self, b, slots):
+        e = self.e
+        size = sum(slot_bytes(t) for t in self.frame.values()) + 8
+        slot = e.call(PUSH, "ptr", [Value('%"enzpy.tape"', "ptr", "arg"), Value(str(size), "i64", "const")])
+        offset = 0
+        for key, ty in self.frame.items():
+            v = e.define(ty, f"load {ty}, ptr {local(slots[key])}")
+            e.emit(f"store {ty} {v.ref}, ptr {slot_at(e, slot, offset)}, align 8")
+            offset += slot_bytes(ty)
+        e.emit(f"store i32 {self.cfg.exits.index(b.name)}, ptr {slot_at(e, slot, offset)}, align 8")
