@@ -214,8 +214,17 @@ def _signature_key(arg):
     if vt in _SCALARS:
         return (cls, vt)
     if cls is Duplicated:
-        return (cls, numba.typeof(value), numba.typeof(arg.dval))
-    return (cls, numba.typeof(value))
+        return (cls, _type_key(value), _type_key(arg.dval))
+    return (cls, _type_key(value))
+
+
+def _type_key(value):
+    """What Numba's type of ``value`` depends on; much cheaper than ``typeof`` for arrays."""
+    if type(value) is np.ndarray:
+        flags = value.flags
+        return (value.dtype, value.ndim, flags.c_contiguous, flags.f_contiguous,
+                flags.writeable, flags.aligned)
+    return numba.typeof(value)
 
 
 def autodiff(mode, f, *args):
