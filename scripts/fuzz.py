@@ -1,0 +1,1114 @@
+"""Fuzz enzpy: random programs, differentiated by enzpy and checked against
+central finite differences.
+
+    python scripts/fuzz.py --programs 2000 --seed 0 [--time-limit SECONDS]
+    python scripts/fuzz.py --seed 0 --only 17          # re-run (and print) program 17
+    python scripts/fuzz.py --programs 50 --show        # print every program
+
+Each program is Python source: a main function ``f`` over Active float scalars,
+optionally a Duplicated float array ``a`` (read, sometimes updated in place), a
+Duplicated output array ``out``, Const arrays ``w`` (floats) and ``idx``
+(integers), a Const float ``c0`` and Const integers ``n`` (a trip count) and
+``d`` (a recursion depth), plus generated ``@njit`` helpers (some recursive).
+Bodies are expression DAGs over the math enzpy supports, nested if/elif/else,
+``for`` loops with Const trip counts (0, 1, several, ``n``, an array size),
+``while`` loops with data-dependent trip counts bounded by a counter,
+``break``/``continue``, calls, temporary arrays (``np.zeros/empty/ones``,
+``.copy()``, array expressions) written then read, in-place updates and
+stencils, slices, ``.sum()`` and ``np.dot``.
+
+``f`` is jitted with ``numba.njit`` and checked with ``enzpy.check_gradient``
+at a few random points, and the primal enzpy computes (``ReverseWithPrimal``)
+is compared with the plain call. A point is *rejected* (not counted as a test)
+where the finite difference means nothing: an instrumented pure-Python copy of
+the program (made from the same source with ``ast``: every comparison, ``abs``,
+``max``/``min``, divisor and assigned value goes through a recorder) is run at
+the point and at every finite-difference point; the point is rejected when a
+comparison is within 1e-4 of flipping, the branch trace changes under the
+finite-difference step, a divisor is small, or a value is huge or not finite.
+
+By default programs run in a worker subprocess, so a crash (segfault, abort)
+or a hang is recorded as a failure of that program and the worker restarts
+(``--no-isolate`` runs them in this process).
+
+The generator is importable without importing numba or enzpy:
+``generate_program(rng, features=...) -> Program`` (``.source``, ``.params``,
+``.points``, ``.arg_spec(point)``) and ``run_program(program) -> dict``.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import itertools
+import linecache
+import math
+import os
+import pickle
+import queue
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import warnings
+
+import numpy as np
+
+FEATURES = ("branches", "for", "while", "helpers", "recursion", "arrays", "temp_arrays",
+            "inplace", "outputs", "array_exprs", "const_args", "layouts", "nested_while")
+# Features that hit a known, not yet fixed enzpy bug (left out by
+# --skip-known-bugs and by tests/test_fuzz.py). ``nested_while`` (a while loop
+# inside another loop) was here until 6da8ef7 fixed split_loop_exits.
+KNOWN_BUG_FEATURES: tuple = ()
+
+# Known, not yet fixed enzpy bugs: (name, regular expression matched against a
+# failed program's detail); the summary and tests/test_fuzz.py report matching
+# failures separately. Until 6da8ef7:
+#   ("split_loop_exits KeyError '~exit...' (nested loops, dead loops)",
+#    r"KeyError: '~exit\."),
+KNOWN_BUGS: list = []
+
+
+def known_bug(result):
+    """The name of the known bug a failed result shows, or None."""
+    for name, pattern in KNOWN_BUGS:
+        if result.get("status") == "failed" and re.search(pattern, result.get("detail", "")):
+            return name
+    return None
+
+
+def failure_signature(result):
+    """A short description of a failure, for grouping: its first error line with
+    block names and numbers left out."""
+    for line in result.get("detail", "").splitlines():
+        if line.startswith(("ERROR", "WRONG", "CRASH", "HANG", "STRIDED", "adjoint",
+                            "fuzzer error", "Numba cannot")):
+            line = re.sub(r"'~exit[^']*'", "'~exit...'", line)
+            line = re.sub(r"[-+]?\d+\.?\d*(e[-+]?\d+)?", "N", line)
+            return line[:120]
+    return result.get("status", "?")
+
+
+CONSTS = ["0.5", "1.5", "2.0", "0.25", "3.0", "-1.25", "0.75", "-0.5", "1.0", "0.1"]
+NONZERO_DIVISORS = ["2.0", "1.5", "-3.0", "0.75", "4.0"]
+UNARY = [
+    "math.sin({})", "math.cos({})", "math.tanh({})", "math.atan({})",
+    "math.exp(math.sin({}))", "math.exp(-0.5 * ({}) ** 2)", "math.exp(math.tanh({}))",
+    "math.log(1.0 + ({}) ** 2)", "math.sqrt(1.0 + ({}) ** 2)",
+    "({}) ** 2", "({}) ** 3", "abs({})", "max({}, {c})", "min({}, {c})", "(-({}))",
+    "np.cos({})", "np.arctan({})", "math.erf({})", "math.hypot({}, {c})",
+]
+BOUNDED = ["math.sin({})", "math.tanh({})", "math.atan({})", "math.cos({})"]
+COMPARE = ["<", ">", "<=", ">="]
+
+
+# -- programs ----------------------------------------------------------------------
+class Program:
+    """A generated program: source text and the arguments to call ``f`` with.
+
+    ``params``: list of (name, kind) with kind one of ``active`` (float),
+    ``dup`` (float array, with a seed in ``seeds``), ``const`` (anything);
+    ``points``: list of {name: value}; ``bare_const``: pass Const arguments
+    unannotated.
+    """
+
+    def __init__(self, source, params, points, seeds, bare_const=False, layout_check=False,
+                 tag="fuzz"):
+        self.source = source
+        self.params = params
+        self.points = points
+        self.seeds = seeds
+        self.bare_const = bare_const
+        self.layout_check = layout_check
+        self.tag = tag
+
+    def to_dict(self):
+        return dict(source=self.source, params=self.params, points=self.points,
+                    seeds=self.seeds, bare_const=self.bare_const,
+                    layout_check=self.layout_check, tag=self.tag)
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(**d)
+
+    def values(self, point):
+        """Plain values (arrays copied) in parameter order."""
+        return [_copy(point[name]) for name, _ in self.params]
+
+    def arg_spec(self, point):
+        """Annotated arguments for ``autodiff``/``check_gradient`` (fresh copies)."""
+        import enzpy
+        args = []
+        for name, kind in self.params:
+            v = _copy(point[name])
+            if kind == "active":
+                args.append(enzpy.Active(v))
+            elif kind == "dup":
+                args.append(enzpy.Duplicated(v, self.seeds[name].copy()))
+            else:
+                args.append(v if self.bare_const else enzpy.Const(v))
+        return args
+
+    def describe_point(self, point):
+        parts = []
+        for name, kind in self.params:
+            v = point[name]
+            text = np.array2string(v, precision=17, separator=", ") if isinstance(
+                v, np.ndarray) else repr(v)
+            ann = {"active": "Active", "dup": "Duplicated", "const": "Const"}[kind]
+            if kind == "dup":
+                seed = np.array2string(self.seeds[name], precision=17, separator=", ")
+                parts.append(f"  {name} = Duplicated(np.array({text}), np.array({seed}))")
+            else:
+                parts.append(f"  {name} = {ann}({text})")
+        return "\n".join(parts)
+
+
+def _copy(v):
+    return v.copy() if isinstance(v, np.ndarray) else v
+
+
+class _Scope:
+    def __init__(self, floats=(), arrays=None, writable=None, loops=(), loop_kind=None):
+        self.floats = list(floats)
+        self.arrays = dict(arrays or {})        # readable float arrays: name -> shape
+        self.writable = dict(writable or {})    # writable float arrays: name -> shape
+        self.loops = list(loops)                # for-loop indices in scope
+        self.loop_kind = loop_kind              # the innermost loop: None, "for", "while"
+
+    @property
+    def in_loop(self):
+        return self.loop_kind is not None
+
+    def child(self, loop_index=None, loop_kind=None):
+        loops = self.loops + ([loop_index] if loop_index else [])
+        return _Scope(self.floats, self.arrays, self.writable, loops,
+                      loop_kind or self.loop_kind)
+
+
+def _indent(lines, n=1):
+    return ["    " * n + ln for ln in lines]
+
+
+class _Gen:
+    def __init__(self, rng, features, max_statements):
+        self.rng = rng
+        self.features = set(features)
+        self.budget = max_statements
+        self.counter = itertools.count(1)
+        self.helpers = []            # (name, kind, n_float_params) of generated helpers
+        self.helper_src = []
+        self.helper_level = 0
+        self.params = {}             # name -> shape (or count), decided up front
+
+    # -- randomness ---------------------------------------------------------------
+    def choice(self, seq):
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def chance(self, p):
+        return bool(self.rng.random() < p)
+
+    def has(self, feature):
+        return feature in self.features
+
+    def fresh(self, prefix):
+        return f"{prefix}{next(self.counter)}"
+
+    # -- expressions --------------------------------------------------------------
+    def leaf(self, sc):
+        r = self.rng.random()
+        if r < 0.12:
+            return self.choice(CONSTS)
+        if r < 0.30 and sc.arrays:
+            return self.array_leaf(sc)
+        if r < 0.36 and sc.loops:
+            return f"(0.1 * {self.choice(sc.loops)})"
+        return self.choice(sc.floats)
+
+    def index(self, sc, size):
+        """An index expression valid for an axis of length ``size`` (an int, or
+        an expression such as ``arr.size`` when the length is not known)."""
+        if sc.loops and self.chance(0.6):
+            return f"{self.choice(sc.loops)} % {size}"
+        if "idx" in self.params and self.chance(0.25):
+            k = int(self.rng.integers(self.params["idx"]))
+            return f"idx[{k}] % {size}"
+        if isinstance(size, str):
+            return "0"
+        return str(int(self.rng.integers(size)))
+
+    def element(self, sc, name, shape):
+        return f"{name}[{', '.join(self.index(sc, s) for s in shape)}]"
+
+    def array_leaf(self, sc):
+        name = self.choice(sorted(sc.arrays))
+        shape = sc.arrays[name]
+        r = self.rng.random()
+        if r < 0.6 or not self.has("array_exprs"):
+            return self.element(sc, name, shape)
+        if r < 0.72:
+            return f"{name}.sum()"
+        if len(shape) == 1:
+            others = [o for o in sorted(sc.arrays) if sc.arrays[o] == shape]
+            if r < 0.82:
+                return f"np.dot({name}, {self.choice(others)})"
+            if r < 0.9:
+                return f"{name}[1:].sum()"
+            return f"{name}[::2].sum()"
+        return f"({name} * {name}).sum()"
+
+    def expr(self, sc, depth):
+        if depth <= 0 or self.chance(0.25):
+            return self.leaf(sc)
+        r = self.rng.random()
+        if r < 0.4:
+            t = self.choice(UNARY)
+            a = self.expr(sc, depth - 1)
+            c = self.choice([k for k in CONSTS if k != a])
+            return t.format(a, c=c)
+        if r < 0.92:
+            a = self.expr(sc, depth - 1)
+            b = self.expr(sc, depth - 1)
+            op = self.choice(["+", "-", "*", "*", "/"])
+            if op != "/":
+                return f"({a} {op} {b})"
+            form = self.rng.random()
+            if form < 0.4:
+                return f"({a} / (1.5 + math.sin({b})))"
+            if form < 0.75:
+                return f"({a} / (1.0 + ({b}) ** 2))"
+            if form < 0.9:
+                return f"({a} / {self.choice(NONZERO_DIVISORS)})"
+            return f"({a} / {b})"            # the instrumented copy rejects small divisors
+        if not self.has("branches"):
+            return self.leaf(sc)
+        return (f"({self.expr(sc, depth - 1)} if {self.cond(sc, 1)} "
+                f"else {self.expr(sc, depth - 1)})")
+
+    def bounded(self, e):
+        return self.choice(BOUNDED).format(e)
+
+    def cond(self, sc, depth=1):
+        lhs = self.expr(sc, depth)
+        for _ in range(5):          # `v < v` never flips, but its margin is 0
+            rhs = self.choice(CONSTS) if self.chance(0.4) else self.expr(sc, depth)
+            if rhs != lhs:
+                break
+        return f"{lhs} {self.choice(COMPARE)} {rhs}"
+
+    # -- statements ---------------------------------------------------------------
+    def block(self, sc, n, depth):
+        lines = []
+        for _ in range(n):
+            lines += self.statement(sc, depth)
+        return lines
+
+    def statement(self, sc, depth):
+        self.budget -= 1
+        kinds = [("assign", 4), ("update", 1.5)]
+        if self.budget > 0 and depth < 3:
+            if self.has("branches"):
+                kinds.append(("if", 2.5))
+            if self.has("for"):
+                kinds.append(("for", 2.5))
+            if self.has("while") and (not sc.in_loop or self.has("nested_while")):
+                kinds.append(("while", 1.2))
+            if self.has("helpers") and self.helper_level < 2:
+                kinds.append(("call", 1.5))
+            if self.has("recursion") and self.helper_level == 0:
+                kinds.append(("recursion", 0.8))
+        if self.has("temp_arrays") and depth < 2:
+            kinds.append(("temp", 1.2))
+        if self.has("inplace") and sc.writable:
+            kinds.append(("inplace", 1.5))
+        names, weights = zip(*kinds)
+        p = np.array(weights) / sum(weights)
+        kind = names[int(self.rng.choice(len(names), p=p))]
+        return getattr(self, "st_" + kind)(sc, depth)
+
+    def st_assign(self, sc, depth):
+        v = self.fresh("v")
+        line = f"{v} = {self.expr(sc, 3)}"
+        sc.floats.append(v)
+        return [line]
+
+    def st_update(self, sc, depth):
+        u = self.choice(sc.floats)
+        if self.chance(0.5):
+            return [f"{u} = 0.5 * {u} + 0.5 * {self.bounded(self.expr(sc, 2))}"]
+        return [f"{u} += 0.25 * {self.bounded(self.expr(sc, 2))}"]
+
+    def st_if(self, sc, depth):
+        v = self.fresh("v")
+        arms = 2 if self.chance(0.7) else (1 if self.chance(0.5) else 3)
+        lines = []
+        if arms == 1:
+            lines.append(f"{v} = {self.expr(sc, 2)}")
+        for k in range(arms):
+            head = "if" if k == 0 else ("else" if k == arms - 1 else "elif")
+            lines.append(f"{head} {self.cond(sc)}:" if head != "else" else "else:")
+            inner = sc.child()
+            body = self.block(inner, int(self.rng.integers(0, 3)), depth + 1)
+            if sc.in_loop and self.chance(0.1):
+                # ``continue`` would skip a while loop's counter
+                body.append(self.choice(["break", "continue"]) if sc.loop_kind == "for"
+                            else "break")
+            else:
+                body.append(f"{v} = {self.expr(inner, 2)}")
+            lines += _indent(body)
+        if arms > 1 and any(ln.strip() in ("break", "continue") for ln in lines):
+            lines.insert(0, f"{v} = {self.expr(sc, 1)}")
+        sc.floats.append(v)
+        return lines
+
+    def trip_count(self, sc):
+        options = ["0", "1", "2", "3", "5"]
+        if "n" in self.params:
+            options += ["n", "n"]
+        if sc.arrays:
+            name = self.choice(sorted(sc.arrays))
+            if len(sc.arrays[name]) == 1:
+                options.append(f"{name}.size")
+        return self.choice(options)
+
+    def st_for(self, sc, depth):
+        acc, i = self.fresh("s"), self.fresh("i")
+        lines = [f"{acc} = {self.expr(sc, 1)}", f"for {i} in range({self.trip_count(sc)}):"]
+        inner = sc.child(i, "for")
+        inner.floats.append(acc)
+        body = []
+        if self.chance(0.1):
+            body += [f"if {self.cond(inner)}:", "    continue"]
+        body += self.block(inner, int(self.rng.integers(0, 3)), depth + 1)
+        if self.chance(0.5):
+            body.append(f"{acc} = 0.5 * {acc} + {self.bounded(self.expr(inner, 2))}")
+        else:
+            body.append(f"{acc} += 0.3 * {self.bounded(self.expr(inner, 2))}")
+        if self.chance(0.15):
+            body += [f"if {acc} {self.choice(COMPARE)} {self.choice(CONSTS)}:", "    break"]
+        lines += _indent(body)
+        sc.floats.append(acc)
+        return lines
+
+    def st_while(self, sc, depth):
+        t, k = self.fresh("t"), self.fresh("k")
+        limit = self.choice(["1.0", "2.0", "2.5", "4.0"])
+        lines = [f"{t} = {self.bounded(self.expr(sc, 2))}", f"{k} = 0",
+                 f"while {t} < {limit} and {k} < {self.choice(['6', '10', '20'])}:"]
+        inner = sc.child(loop_kind="while")
+        inner.floats.append(t)
+        body = self.block(inner, int(self.rng.integers(0, 2)), depth + 1)
+        body.append(f"{t} = {t} + 0.3 + 0.2 * math.sin({self.expr(inner, 2)})")
+        body.append(f"{k} += 1")
+        if self.chance(0.1):
+            body += [f"if {t} > {self.choice(['0.5', '1.5'])}:", "    break"]
+        lines += _indent(body)
+        sc.floats.append(t)
+        return lines
+
+    # -- helpers and recursion ----------------------------------------------------
+    def st_call(self, sc, depth):
+        readable = [a for a in sorted(sc.arrays) if len(sc.arrays[a]) == 1]
+        writable = [a for a in sorted(sc.writable) if len(sc.writable[a]) == 1]
+        kinds = ["pure", "pure"] + (["reads"] if readable else []) + \
+                (["writes"] if writable and self.has("inplace") else [])
+        kind = self.choice(kinds)
+        reuse = [h for h in self.helpers if h[1] == kind]
+        if reuse and self.chance(0.4):
+            name, _, nf = self.choice(reuse)
+        else:
+            name, nf = self.make_helper(kind)
+        args = [self.expr(sc, 2) for _ in range(nf)]
+        if kind == "reads":
+            args.append(self.choice(readable))
+        elif kind == "writes":
+            args.append(self.choice(writable))
+        v = self.fresh("v")
+        sc.floats.append(v)
+        return [f"{v} = {name}({', '.join(args)})"]
+
+    def make_helper(self, kind):
+        name = self.fresh("h")
+        nf = int(self.rng.integers(1, 3))
+        params = [f"p{k}" for k in range(nf)]
+        arrays, writable = {}, {}
+        if kind in ("reads", "writes"):
+            params.append("arr")
+            # the length is unknown inside the helper: index modulo arr.size
+            arrays["arr"] = ("arr.size",)
+            if kind == "writes":
+                writable["arr"] = ("arr.size",)
+        saved = self.params, self.budget
+        self.params = {}
+        self.budget = 3
+        self.helper_level += 1
+        sc = _Scope(params[:nf], arrays, writable)
+        body = self.block(sc, int(self.rng.integers(1, 4)), 1)
+        if kind == "writes":
+            body.append(f"arr[{self.index(sc, 'arr.size')}] = "
+                        f"0.5 * arr[{self.index(sc, 'arr.size')}] + {self.expr(sc, 2)}")
+        if self.chance(0.2):
+            body += [f"if {self.cond(sc)}:", f"    return {self.expr(sc, 2)}"]
+        body.append(f"return {self.ret_expr(sc)}")
+        self.helper_level -= 1
+        self.params, self.budget = saved
+        self.helper_src.append("\n".join([f"@njit", f"def {name}({', '.join(params)}):"]
+                                         + _indent(body)))
+        self.helpers.append((name, kind, nf))
+        return name, nf
+
+    def st_recursion(self, sc, depth):
+        name = self.fresh("rec")
+        xsc = _Scope(["x"])
+        base = self.expr(xsc, 2)
+        step = self.bounded(self.expr(xsc, 1))
+        here = self.expr(xsc, 2)
+        shape = self.choice(["linear", "linear", "tree", "mutual"])
+        if shape == "linear":
+            rec = f"0.5 * {name}({step}, d - 1) + {here}"
+        elif shape == "tree":
+            rec = (f"0.5 * {name}({step}, d - 1) + 0.25 * {name}(0.7 * x + 0.1, d - 1) "
+                   f"+ {here}")
+        else:
+            other = self.fresh("rec")
+            rec = f"0.5 * {other}({step}, d - 1) + {here}"
+            self.helper_src.append("\n".join([
+                "@njit", f"def {other}(x, d):", "    if d <= 0:",
+                f"        return {self.expr(xsc, 1)}",
+                f"    return 0.8 * {name}({self.bounded('x + 0.3')}, d - 1) * "
+                f"{self.bounded('x')}"]))
+        self.helper_src.append("\n".join([
+            "@njit", f"def {name}(x, d):", "    if d <= 0:", f"        return {base}",
+            f"    return {rec}"]))
+        depth_arg = "d" if "d" in self.params and self.chance(0.7) else \
+            str(int(self.rng.integers(0, 5 if shape != "tree" else 4)))
+        v = self.fresh("v")
+        line = f"{v} = {name}({self.expr(sc, 2)}, {depth_arg})"
+        sc.floats.append(v)
+        return [line]
+
+    # -- arrays -------------------------------------------------------------------
+    def st_temp(self, sc, depth):
+        t = self.fresh("tmp")
+        ones_d = [a for a in sorted(sc.arrays) if len(sc.arrays[a]) == 1 and a != "arr"]
+        r = self.rng.random()
+        if ones_d and r < 0.35 and self.has("array_exprs"):
+            src = self.choice(ones_d)
+            x = self.choice(sc.floats)
+            form = self.choice([f"{src}.copy()", f"np.sin({src}) * {x}",
+                                f"{src} * {x} + {src} * {src}", f"np.exp(-{src} * {src})",
+                                f"np.tanh({src} - {x})"])
+            lines = [f"{t} = {form}"]
+            shape = sc.arrays[src]
+        else:
+            m = self.choice([1, 2, 3, 4])
+            alloc = self.choice(["np.zeros", "np.empty", "np.ones"])
+            i = self.fresh("i")
+            inner = sc.child(i, "for")
+            lines = [f"{t} = {alloc}({m})", f"for {i} in range({m}):"]
+            if alloc == "np.ones" and self.chance(0.5):
+                lines.append(f"    {t}[{i}] *= {self.expr(inner, 2)}")
+            else:
+                lines.append(f"    {t}[{i}] = {self.expr(inner, 2)}")
+            shape = (m,)
+        sc.arrays[t] = shape
+        sc.writable[t] = shape
+        return lines
+
+    def st_inplace(self, sc, depth):
+        name = self.choice(sorted(sc.writable))
+        (size,) = sc.writable[name]
+        r = self.rng.random()
+        if r < 0.3:
+            i = self.fresh("i")
+            return [f"for {i} in range(1, {size}):",
+                    f"    {name}[{i}] = {name}[{i}] + 0.5 * "
+                    f"{self.bounded(f'{name}[{i} - 1] * {self.choice(sc.floats)}')}"]
+        if r < 0.55:
+            k = self.index(sc, size)
+            return [f"{name}[{k}] = 0.5 * {name}[{k}] + {self.bounded(self.expr(sc, 2))}"]
+        if r < 0.75:
+            return [f"{name}[{self.index(sc, size)}] += {self.expr(sc, 2)}"]
+        if r < 0.88:
+            i = self.fresh("i")
+            return [f"for {i} in range({size}):",
+                    f"    {name}[{i}] = {self.bounded(f'{name}[{i}] * {self.choice(sc.floats)}')}"]
+        return [f"{name} *= {self.choice(['0.5', '-1.5', '2.0'])}"]
+
+    def ret_expr(self, sc):
+        picks = list(dict.fromkeys(
+            [sc.floats[-1]] + [self.choice(sc.floats) for _ in range(int(self.rng.integers(0, 3)))]))
+        terms = [picks[0]]
+        for v in picks[1:]:
+            terms.append(self.choice([f"0.5 * {v}", f"math.sin({v})", f"{v} * {picks[0]}", v]))
+        if self.chance(0.3):
+            terms.append(self.expr(sc, 2))
+        return " + ".join(terms)
+
+
+def generate_program(rng, features=FEATURES, max_statements=7, n_points=2):
+    """A random program: ``Program`` with ``.source`` (defining ``f`` and its
+    ``@njit`` helpers), ``.params`` and ``.points`` (argument values)."""
+    g = _Gen(rng, features, max_statements)
+    n_active = int(rng.integers(1, 4))
+    params = [(f"x{k}", "active") for k in range(n_active)]
+    arrays, writable = {}, {}
+    if g.has("arrays") and g.chance(0.6):
+        shape = (int(rng.integers(1, 6)),) if g.chance(0.85) else (2, 3)
+        g.params["a"] = shape
+        params.append(("a", "dup"))
+        arrays["a"] = shape
+        if len(shape) == 1 and g.has("inplace") and g.chance(0.25):
+            writable["a"] = shape
+    if g.has("outputs") and g.chance(0.3):
+        shape = (int(rng.integers(1, 4)),)
+        g.params["out"] = shape
+        params.append(("out", "dup"))
+        arrays["out"] = shape
+        writable["out"] = shape
+    if g.has("const_args"):
+        if g.has("arrays") and g.chance(0.25):
+            shape = (int(rng.integers(1, 5)),)
+            g.params["w"] = shape
+            params.append(("w", "const"))
+            arrays["w"] = shape
+        if g.has("arrays") and g.chance(0.2):
+            g.params["idx"] = int(rng.integers(1, 4))
+            params.append(("idx", "const"))
+        if g.chance(0.2):
+            g.params["c0"] = ()
+            params.append(("c0", "const"))
+        if g.chance(0.4):
+            g.params["n"] = ()
+            params.append(("n", "const"))
+        if g.has("recursion") and g.chance(0.4):
+            g.params["d"] = ()
+            params.append(("d", "const"))
+    floats = [p for p, k in params if k == "active"] + (["c0"] if "c0" in g.params else [])
+    sc = _Scope(floats, arrays, writable)
+    body = g.block(sc, int(rng.integers(2, max_statements + 1)), 0)
+    if "out" in g.params and not any("out[" in ln or "out *=" in ln for ln in body):
+        body.append(f"out[{g.index(sc, g.params['out'][0])}] = {g.expr(sc, 2)}")
+    if "out" in g.params and g.chance(0.2):
+        body.append("return")
+    else:
+        body.append(f"return {g.ret_expr(sc)}")
+    if g.chance(0.2):
+        perm = rng.permutation(len(params))
+        params = [params[i] for i in perm]
+    source = "\n\n".join(g.helper_src + [
+        "\n".join([f"def f({', '.join(p for p, _ in params)}):"] + _indent(body))]) + "\n"
+    # argument values
+    points = []
+    idx_values = None
+    if "idx" in g.params:
+        idx_values = rng.integers(0, 64, g.params["idx"]).astype(np.int64)
+    for _ in range(n_points):
+        pt = {}
+        for name, kind in params:
+            if kind == "active":
+                pt[name] = float(rng.uniform(-2.0, 2.0))
+            elif name == "a":
+                pt[name] = rng.uniform(-1.5, 1.5, g.params["a"])
+            elif name == "out":
+                pt[name] = rng.uniform(-1.0, 1.0, g.params["out"])
+            elif name == "w":
+                pt[name] = rng.uniform(-1.0, 1.0, g.params["w"])
+            elif name == "idx":
+                pt[name] = idx_values.copy()
+            elif name == "c0":
+                pt[name] = float(rng.uniform(-1.0, 1.0))
+            elif name == "n":
+                pt[name] = int(rng.choice([0, 1, 2, 3, 4, 6]))
+            elif name == "d":
+                pt[name] = int(rng.integers(0, 5))
+        points.append(pt)
+    seeds = {name: rng.normal(0.0, 1.0, g.params[name]) for name, kind in params
+             if kind == "dup"}
+    layout = g.has("layouts") and "a" in g.params and len(g.params["a"]) == 1 and g.chance(0.15)
+    return Program(source, params, points, seeds, bare_const=g.chance(0.3), layout_check=layout)
+
+
+# -- the instrumented pure-Python copy -------------------------------------------------
+class _Reject(Exception):
+    pass
+
+
+class _Monitor:
+    LIMIT = 1e4
+
+    def __init__(self):
+        self.trace = []
+        self.diffs = []              # per comparison: its distance from flipping
+        self.scale = 0.0
+
+    def _branch(self, diff, outcome):
+        d = np.abs(np.asarray(diff, dtype=float))
+        self.diffs.append(float(d.min()) if d.size else math.inf)
+        self.trace.append(outcome.tobytes() if isinstance(outcome, np.ndarray) else bool(outcome))
+
+    def cmp(self, a, op, b):
+        r = {"<": lambda: a < b, ">": lambda: a > b, "<=": lambda: a <= b,
+             ">=": lambda: a >= b, "==": lambda: a == b, "!=": lambda: a != b}[op]()
+        if not (isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer))):
+            self._branch(np.asarray(a, dtype=float) - np.asarray(b, dtype=float), np.asarray(r))
+        return r
+
+    def den(self, b):
+        if np.any(np.abs(np.asarray(b, dtype=float)) < 0.2):
+            raise _Reject("small divisor")
+        return b
+
+    def v(self, x):
+        arr = np.asarray(x, dtype=float)
+        if not np.all(np.isfinite(arr)):
+            raise _Reject("not finite")
+        m = float(np.max(np.abs(arr))) if arr.size else 0.0
+        if m > self.LIMIT:
+            raise _Reject("huge value")
+        self.scale = max(self.scale, m)
+        return x
+
+    def abs(self, x):
+        self._branch(x, np.asarray(x >= 0))
+        return abs(x)
+
+    def max(self, a, b):
+        self._branch(a - b, np.asarray(a > b))
+        return max(a, b)
+
+    def min(self, a, b):
+        self._branch(a - b, np.asarray(a < b))
+        return min(a, b)
+
+
+class _Instrument(ast.NodeTransformer):
+    _OPS = {ast.Lt: "<", ast.Gt: ">", ast.LtE: "<=", ast.GtE: ">=", ast.Eq: "==",
+            ast.NotEq: "!="}
+
+    @staticmethod
+    def _call(name, *args):
+        return ast.Call(ast.Name(name, ast.Load()), list(args), [])
+
+    def visit_FunctionDef(self, node):
+        node.decorator_list = []
+        self.generic_visit(node)
+        return node
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) != 1:
+            raise ValueError("chained comparison")
+        return self._call("_cmp", node.left, ast.Constant(self._OPS[type(node.ops[0])]),
+                          node.comparators[0])
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Div):
+            node.right = self._call("_den", node.right)
+        return node
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in ("abs", "max", "min"):
+            node.func = ast.Name("_" + node.func.id, ast.Load())
+        return node
+
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        node.value = self._call("_v", node.value)
+        return node
+
+    def visit_AugAssign(self, node):
+        self.generic_visit(node)
+        node.value = self._call("_v", node.value)
+        return node
+
+    def visit_Return(self, node):
+        self.generic_visit(node)
+        if node.value is not None:
+            node.value = self._call("_v", node.value)
+        return node
+
+
+def instrumented_source(source):
+    tree = _Instrument().visit(ast.parse(source))
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+_files = itertools.count()
+
+
+def _exec(source, namespace, tag):
+    filename = f"<{tag}-{next(_files)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+def _run_instrumented(code, values):
+    mon = _Monitor()
+    ns = {"math": math, "np": np, "_cmp": mon.cmp, "_den": mon.den, "_v": mon.v,
+          "_abs": mon.abs, "_max": mon.max, "_min": mon.min}
+    exec(code, ns)
+    try:
+        with np.errstate(all="raise"):
+            y = ns["f"](*values)
+    except (_Reject, ArithmeticError, FloatingPointError, ValueError, IndexError):
+        return None
+    if y is not None:
+        mon.v(y)
+    for v in values:
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+            try:
+                mon.v(v)
+            except _Reject:
+                return None
+    return mon, y
+
+
+def fd_rejection(prog, point, code=None, step=1e-6, min_margin=1e-4):
+    """Why central differences at ``point`` are unreliable, or None."""
+    if code is None:
+        code = compile(instrumented_source(prog.source), "<instrumented>", "exec")
+    values = prog.values(point)
+    base = _run_instrumented(code, values)
+    if base is None:
+        return "rejected by the instrumented run (overflow, small divisor, huge value)"
+    mon, _ = base
+    # a comparison that is exactly tied at the point and at every
+    # finite-difference point (``max(x, c) < c`` with x < c, ``v < v``) does not
+    # depend on the inputs there: it cannot flip
+    tied = [d == 0.0 for d in mon.diffs]
+    for pos, (name, kind) in enumerate(prog.params):
+        if kind == "const":
+            continue
+        cells = [None] if kind == "active" else list(np.ndindex(*point[name].shape))
+        for idx in cells:
+            for sign in (1, -1):
+                trial = prog.values(point)
+                if idx is None:
+                    trial[pos] = trial[pos] + sign * step * max(1.0, abs(trial[pos]))
+                else:
+                    trial[pos][idx] += sign * step * max(1.0, abs(trial[pos][idx]))
+                other = _run_instrumented(code, trial)
+                if other is None:
+                    return "rejected at a finite-difference point"
+                if other[0].trace != mon.trace:
+                    return f"the branches taken change under a step of {name}"
+                tied = [t and d == 0.0 for t, d in zip(tied, other[0].diffs)]
+    margin = min([d for d, t in zip(mon.diffs, tied) if not t], default=math.inf)
+    if margin < min_margin:
+        return f"a comparison is within {margin:.2g} of flipping"
+    return None
+
+
+# -- running a program ------------------------------------------------------------------
+def _close(got, want, rtol, atol):
+    got, want = np.asarray(got, dtype=float), np.asarray(want, dtype=float)
+    if got.shape != want.shape or not np.all(np.isfinite(got)):
+        return False
+    return bool(np.all(np.abs(got - want) <= rtol * np.maximum(np.abs(got), np.abs(want)) + atol))
+
+
+def _gradient_mismatch(check, atol, rtol):
+    for i, got in check.enzpy.items():
+        if not _close(got, check.finite_differences[i], rtol, atol):
+            return i
+    return None
+
+
+def run_program(prog, rtol=1e-4, verbose=False):
+    """Check one program. Returns a dict: ``status`` (``passed``, ``rejected``,
+    ``failed`` or ``invalid`` when Numba cannot compile it: a generator bug),
+    ``detail`` (text) and per-point information."""
+    import numba
+    import enzpy
+
+    warnings.simplefilter("ignore", numba.NumbaPerformanceWarning)
+    if isinstance(prog, dict):
+        prog = Program.from_dict(prog)
+    ns = _exec(prog.source, {"math": math, "np": np, "njit": numba.njit}, prog.tag)
+    f = numba.njit(ns["f"])
+    code = compile(instrumented_source(prog.source), "<instrumented>", "exec")
+    statuses, details = [], []
+    for p, point in enumerate(prog.points):
+        where = f"point {p}:\n{prog.describe_point(point)}"
+        try:
+            plain_values = prog.values(point)
+            primal = f(*plain_values)
+        except numba.core.errors.TypingError as exc:
+            return {"status": "invalid", "detail": f"Numba cannot compile it: {exc}"}
+        except Exception as exc:     # noqa: BLE001 - e.g. ZeroDivisionError at this point
+            statuses.append("rejected")
+            details.append(f"{where}\nrejected: the primal raises {type(exc).__name__}")
+            continue
+        reason = fd_rejection(prog, point, code)
+        if reason is None:
+            ipy = _run_instrumented(code, prog.values(point))
+            if ipy is not None and primal is not None and not _close(primal, ipy[1], 1e-8, 1e-10):
+                reason = f"Numba ({primal!r}) and Python ({ipy[1]!r}) disagree"
+        if reason is not None:
+            statuses.append("rejected")
+            details.append(f"{where}\nrejected: {reason}")
+            continue
+        scale = _run_instrumented(code, prog.values(point))[0].scale
+        atol = 1e-6 * max(1.0, scale)
+        try:
+            check = enzpy.check_gradient(f, *prog.arg_spec(point))
+            bad = _gradient_mismatch(check, atol, rtol)
+            if bad is not None:
+                # confirm with other steps before calling it a failure
+                for step in (1e-5, 1e-7):
+                    other = enzpy.check_gradient(f, *prog.arg_spec(point), step=step)
+                    if _gradient_mismatch(other, atol, rtol) is None:
+                        bad = None
+                        break
+            if bad is not None:
+                name = prog.params[bad][0]
+                statuses.append("failed")
+                details.append(f"{where}\nWRONG DERIVATIVE for {name}: enzpy "
+                               f"{check.enzpy[bad]!r}, finite differences "
+                               f"{check.finite_differences[bad]!r} ({check})")
+                continue
+            problem = _check_primal(enzpy, f, prog, point)
+            if problem is None and prog.layout_check:
+                problem = _check_layout(enzpy, f, prog, point, check)
+            if problem is not None:
+                statuses.append("failed")
+                details.append(f"{where}\n{problem}")
+                continue
+        except Exception as exc:     # noqa: BLE001 - any error from enzpy is a failure
+            statuses.append("failed")
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+            details.append(f"{where}\nERROR {type(exc).__name__}: {exc}\n{tb}")
+            continue
+        statuses.append("passed")
+        if verbose:
+            details.append(f"{where}\npassed ({check})")
+    if "failed" in statuses:
+        status = "failed"
+    elif "passed" in statuses:
+        status = "passed"
+    else:
+        status = "rejected"
+    return {"status": status, "detail": "\n".join(details)}
+
+
+def _check_primal(enzpy, f, prog, point):
+    """ReverseWithPrimal's primal and the arrays it leaves vs a plain call."""
+    plain_values = prog.values(point)
+    want = f(*plain_values)
+    args = prog.arg_spec(point)
+    grads, got = enzpy.autodiff(enzpy.ReverseWithPrimal, f, *args)
+    for (name, kind), g in zip(prog.params, grads):
+        if (kind == "active") != (g is not None):
+            return f"adjoint of {name} ({kind}) is {g!r}"
+    if (want is None) != (got is None) or (
+            want is not None and not _close(got, want, 1e-9, 1e-12)):
+        return f"WRONG PRIMAL: ReverseWithPrimal gives {got!r}, f gives {want!r}"
+    for (name, kind), arg, plain in zip(prog.params, args, plain_values):
+        if kind == "dup" and not _close(arg.val, plain, 1e-9, 1e-12):
+            return (f"WRONG ARRAY AFTER THE CALL: {name} is {arg.val!r} after autodiff, "
+                    f"{plain!r} after f")
+    return None
+
+
+def _check_layout(enzpy, f, prog, point, check):
+    """The same derivative with ``a`` passed as a strided view."""
+    pos = [name for name, _ in prog.params].index("a")
+    args = prog.arg_spec(point)
+    a = point["a"]
+    base = np.zeros(2 * a.size)
+    base[::2] = a
+    shadow_base = np.zeros(2 * a.size)
+    shadow_base[::2] = prog.seeds["a"]
+    args[pos] = enzpy.Duplicated(base[::2], shadow_base[::2])
+    enzpy.autodiff(enzpy.Reverse, f, *args)
+    if not _close(shadow_base[::2], check.enzpy[pos], 1e-9, 1e-12):
+        return (f"STRIDED LAYOUT: derivative {shadow_base[::2]!r} for a strided `a`, "
+                f"{check.enzpy[pos]!r} for a contiguous one")
+    if np.any(shadow_base[1::2] != 0.0):
+        return "STRIDED LAYOUT: the shadow was written between its elements"
+    return None
+
+
+def program_rng(seed, index):
+    return np.random.default_rng([seed, index])
+
+
+# -- the worker subprocess ---------------------------------------------------------------
+def _worker_main():
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    import faulthandler
+    faulthandler.enable()
+    stdin = sys.stdin.buffer
+    while True:
+        try:
+            job = pickle.load(stdin)
+        except EOFError:
+            return
+        try:
+            result = run_program(job["program"], rtol=job["rtol"], verbose=job["verbose"])
+        except Exception as exc:     # noqa: BLE001
+            result = {"status": "failed",
+                      "detail": "fuzzer error: " + "".join(traceback.format_exception(exc))}
+        pickle.dump(result, proto_out)
+        proto_out.flush()
+
+
+class _Worker:
+    def __init__(self):
+        self.err = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.err)
+        self.results = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        while True:
+            try:
+                self.results.put(pickle.load(self.proc.stdout))
+            except Exception:        # noqa: BLE001 - EOF: the worker died
+                self.results.put(None)
+                return
+
+    def run(self, program, rtol, verbose, timeout):
+        self.err.seek(0)
+        self.err.truncate()
+        pickle.dump({"program": program.to_dict(), "rtol": rtol, "verbose": verbose},
+                    self.proc.stdin)
+        self.proc.stdin.flush()
+        try:
+            result = self.results.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            return {"status": "failed", "detail": f"HANG: no result after {timeout} s"}
+        if result is None:
+            rc = self.proc.wait()
+            self.err.seek(0)
+            tail = self.err.read().decode(errors="replace")[-3000:]
+            return {"status": "failed", "detail": f"CRASH: the worker died (exit code {rc})"
+                                                  f"\n{tail}"}
+        return result
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except Exception:            # noqa: BLE001
+            self.kill()
+
+
+# -- the command line --------------------------------------------------------------------
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--programs", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="stop starting new programs after this many seconds")
+    parser.add_argument("--only", type=int, default=None, help="run program INDEX only")
+    parser.add_argument("--start", type=int, default=0, help="first program index")
+    parser.add_argument("--max-statements", type=int, default=7)
+    parser.add_argument("--points", type=int, default=2, help="points checked per program")
+    parser.add_argument("--rtol", type=float, default=1e-4)
+    parser.add_argument("--exclude", default="",
+                        help="comma-separated features to leave out, of: " + ", ".join(FEATURES))
+    parser.add_argument("--skip-known-bugs", action="store_true",
+                        help="leave out " + ", ".join(KNOWN_BUG_FEATURES))
+    parser.add_argument("--no-isolate", action="store_true",
+                        help="run programs in this process (a crash ends the run)")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds per program before it counts as a hang")
+    parser.add_argument("--show", action="store_true", help="print every program")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker_main()
+        return 0
+
+    excluded = {x.strip() for x in args.exclude.split(",") if x.strip()}
+    unknown = excluded - set(FEATURES)
+    if unknown:
+        parser.error(f"unknown features {sorted(unknown)}")
+    if args.skip_known_bugs:
+        excluded |= set(KNOWN_BUG_FEATURES)
+    features = [x for x in FEATURES if x not in excluded]
+    indices = [args.only] if args.only is not None else range(args.start,
+                                                                args.start + args.programs)
+    verbose = args.only is not None or args.show
+    worker = None if args.no_isolate else _Worker()
+    counts = dict(tried=0, rejected=0, passed=0, failed=0, invalid=0)
+    failures = []
+    signatures = {}
+    t0 = time.time()
+    try:
+        for index in indices:
+            if args.time_limit is not None and time.time() - t0 > args.time_limit:
+                print(f"time limit reached after {counts['tried']} programs")
+                break
+            prog = generate_program(program_rng(args.seed, index), features,
+                                    args.max_statements, args.points)
+            prog.tag = f"fuzz-{args.seed}-{index}"
+            if verbose:
+                print(f"--- program {index} (seed {args.seed})\n{prog.source}")
+            if worker is None:
+                try:
+                    result = run_program(prog, rtol=args.rtol, verbose=verbose)
+                except Exception as exc:     # noqa: BLE001
+                    result = {"status": "failed", "detail": "fuzzer error: " +
+                              "".join(traceback.format_exception(exc))}
+            else:
+                if not worker.alive():
+                    worker = _Worker()
+                result = worker.run(prog, args.rtol, verbose, args.timeout)
+            counts["tried"] += 1
+            counts[result["status"]] += 1
+            if verbose and result["detail"]:
+                print(result["detail"])
+            if result["detail"].startswith(("CRASH", "HANG")):
+                result["detail"] += "\n" + "\n".join(
+                    f"point {p}:\n{prog.describe_point(pt)}" for p, pt in enumerate(prog.points))
+            if result["status"] in ("failed", "invalid"):
+                failures.append((index, prog, result))
+                sig = known_bug(result) or failure_signature(result)
+                signatures.setdefault(sig, []).append(index)
+                print(f"\n=== {result['status'].upper()}: program {index} (seed {args.seed})\n"
+                      f"{prog.source}\narguments and error:\n{result['detail']}\n", flush=True)
+            if counts["tried"] % 25 == 0 or verbose:
+                print(f"[{time.time() - t0:6.0f} s] {counts['tried']} tried, "
+                      f"{counts['rejected']} rejected, {counts['passed']} passed, "
+                      f"{counts['failed']} failed, {counts['invalid']} invalid", flush=True)
+    finally:
+        if worker is not None:
+            worker.close()
+    elapsed = time.time() - t0
+    print(f"\nseed {args.seed}: {counts['tried']} programs tried, {counts['rejected']} "
+          f"rejected, {counts['passed']} passed, {counts['failed']} failed"
+          + (f", {counts['invalid']} invalid (generator bugs)" if counts["invalid"] else "")
+          + f" in {elapsed:.0f} s")
+    for sig, where in signatures.items():
+        known = " (known bug)" if any(sig == name for name, _ in KNOWN_BUGS) else ""
+        print(f"  {len(where)} x {sig}{known}: programs {', '.join(map(str, where))}")
+    if failures:
+        print("failing programs: " + ", ".join(
+            f"{i} ({r['status']})" for i, _, r in failures)
+            + f"; re-run one with --seed {args.seed} --only INDEX")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
