@@ -19,7 +19,6 @@ Sections:
   ``try``/``except``, complex arithmetic, ``np.random``, ``np.sort``,
   ``cache=True``...), checked against finite differences, so that they are not
   mistaken for refusals later.
-* ``xfail``: message details still to improve.
 """
 from __future__ import annotations
 
@@ -453,15 +452,6 @@ def test_refused_in_numba_implementation(f, make_args, name, needles):
     assert f"differentiating '{name}'" in msg, msg
     for needle in needles:
         assert needle in msg, msg
-
-
-@pytest.mark.xfail(reason="a 2-D matrix product reports 'numba_xxgemv' (the first BLAS call "
-                          "in Numba's dot_3_mm, for the m == 1 / n == 1 fast path) rather "
-                          "than gemm", strict=False)
-def test_matmul_message_names_gemm():
-    with pytest.raises(UnsupportedError) as info:
-        autodiff(Reverse, unsup_matmul, _dup(np.ones((3, 3))), Const(np.ones((3, 3))))
-    assert "gemm" in str(info.value), str(info.value)
 
 
 # -- code Numba cannot compile: Numba's TypingError passes through unchanged ------------
