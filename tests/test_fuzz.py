@@ -2,12 +2,9 @@
 against central finite differences (see that script for the generator and the
 rejection of points where finite differences are unreliable).
 
-About 100 programs, in four seeded chunks of 25, with every generator feature
-except those in the script's ``KNOWN_BUG_FEATURES`` (empty now). Every failure
-fails the test, except failures whose error matches a known, not yet fixed
-enzpy bug listed in the script's ``KNOWN_BUGS`` (empty now): a chunk with only
-those is reported as ``xfail`` listing them (``ENZPY_FUZZ_STRICT=1`` makes them
-failures too). Minimal cases of the bugs the fuzzer found are at the end.
+About 100 programs, in four seeded chunks of 25, with every generator feature.
+Every failure fails the test. Minimal cases of the bugs the fuzzer found are at
+the end.
 ``ENZPY_FUZZ_SEED`` / ``ENZPY_FUZZ_PROGRAMS`` change the seed and the number of
 programs per chunk; a failing program is printed in full in the assertion
 message and can be re-run with ``python scripts/fuzz.py --seed S --only I``
@@ -44,14 +41,13 @@ PER_CHUNK = int(os.environ.get("ENZPY_FUZZ_PROGRAMS", "25"))
 CHUNKS = 4
 MAX_STATEMENTS = 5
 POINTS = 1
-FEATURES = [f for f in fuzz.FEATURES if f not in fuzz.KNOWN_BUG_FEATURES]
-STRICT = bool(os.environ.get("ENZPY_FUZZ_STRICT"))
+FEATURES = list(fuzz.FEATURES)
 
 
 def _run(seed, indices, features):
-    """(counts, failures, known): failures matching ``fuzz.KNOWN_BUGS`` go to ``known``."""
+    """(counts, failures)."""
     counts = {"passed": 0, "rejected": 0, "failed": 0, "invalid": 0}
-    failures, known = [], []
+    failures = []
     for index in indices:
         prog = fuzz.generate_program(fuzz.program_rng(seed, index), features, MAX_STATEMENTS,
                                      POINTS)
@@ -61,25 +57,18 @@ def _run(seed, indices, features):
         if result["status"] in ("failed", "invalid"):
             text = (f"--- program {index} (seed {seed}): {result['status']}\n"
                     f"{prog.source}\n{result['detail']}")
-            bug = fuzz.known_bug(result)
-            if bug is not None and not STRICT:
-                known.append(f"program {index}: {bug}")
-            else:
-                failures.append(text)
-    return counts, failures, known
+            failures.append(text)
+    return counts, failures
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_fuzz_programs(chunk):
     indices = range(chunk * PER_CHUNK, (chunk + 1) * PER_CHUNK)
-    counts, failures, known = _run(SEED, indices, FEATURES)
+    counts, failures = _run(SEED, indices, FEATURES)
     assert not failures, (f"{len(failures)} of {PER_CHUNK} programs failed ({counts}):\n\n"
                           + "\n\n".join(failures))
     # most points are usable: rejection must not hide everything
-    assert counts["passed"] + len(known) >= PER_CHUNK // 2, counts
-    if known:
-        pytest.xfail("only known enzpy bugs (set ENZPY_FUZZ_STRICT=1 to fail on them): "
-                     + "; ".join(known))
+    assert counts["passed"] >= PER_CHUNK // 2, counts
 
 
 # -- the generator and the rejection, without enzpy ----------------------------------------
