@@ -25,7 +25,11 @@ the program (made from the same source with ``ast``: every comparison, ``abs``,
 ``max``/``min``, divisor and assigned value goes through a recorder) is run at
 the point and at every finite-difference point; the point is rejected when a
 comparison is within 1e-4 of flipping, the branch trace changes under the
-finite-difference step, a divisor is small, or a value is huge or not finite.
+finite-difference step, a divisor is small, or a value (an assigned value or
+the argument of a math function) is huge or not finite. When enzpy and the
+finite difference disagree, steps 1e-7 and 1e-5 are tried too; the program
+fails only if none agrees with enzpy while the estimates at 1e-6 and 1e-7
+agree with each other (otherwise the point is rejected: no convergence).
 
 By default programs run in a worker subprocess, so a crash (segfault, abort)
 or a hang is recorded as a failure of that program and the worker restarts
@@ -710,10 +714,18 @@ class _Instrument(ast.NodeTransformer):
             node.right = self._call("_den", node.right)
         return node
 
+    _SCALAR_FUNCS = {"sin", "cos", "tan", "tanh", "atan", "arctan", "exp", "log", "sqrt",
+                     "erf", "hypot"}
+
     def visit_Call(self, node):
         self.generic_visit(node)
-        if isinstance(node.func, ast.Name) and node.func.id in ("abs", "max", "min"):
-            node.func = ast.Name("_" + node.func.id, ast.Load())
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in ("abs", "max", "min"):
+            node.func = ast.Name("_" + func.id, ast.Load())
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
+                func.value.id in ("math", "np") and func.attr in self._SCALAR_FUNCS:
+            # a huge argument (cos(s ** 6)) makes finite differences meaningless
+            node.args = [self._call("_v", arg) for arg in node.args]
         return node
 
     def visit_Assign(self, node):
@@ -749,6 +761,7 @@ def _exec(source, namespace, tag):
 
 
 def _run_instrumented(code, values):
+    """(monitor, result), or (None, why) when the run is rejected."""
     mon = _Monitor()
     ns = {"math": math, "np": np, "_cmp": mon.cmp, "_den": mon.den, "_v": mon.v,
           "_abs": mon.abs, "_max": mon.max, "_min": mon.min}
@@ -756,16 +769,13 @@ def _run_instrumented(code, values):
     try:
         with np.errstate(all="raise"):
             y = ns["f"](*values)
-    except (_Reject, ArithmeticError, FloatingPointError, ValueError, IndexError):
-        return None
-    if y is not None:
-        mon.v(y)
-    for v in values:
-        if isinstance(v, np.ndarray) and v.dtype.kind == "f":
-            try:
-                mon.v(v)
-            except _Reject:
-                return None
+            if y is not None:
+                mon.v(y)
+            for v in values:
+                if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+                    mon.v(v)
+    except (_Reject, ArithmeticError, FloatingPointError, ValueError, IndexError) as exc:
+        return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return mon, y
 
 
@@ -774,10 +784,9 @@ def fd_rejection(prog, point, code=None, step=1e-6, min_margin=1e-4):
     if code is None:
         code = compile(instrumented_source(prog.source), "<instrumented>", "exec")
     values = prog.values(point)
-    base = _run_instrumented(code, values)
-    if base is None:
-        return "rejected by the instrumented run (overflow, small divisor, huge value)"
-    mon, _ = base
+    mon, why = _run_instrumented(code, values)
+    if mon is None:
+        return f"the instrumented run stops ({why})"
     # a comparison that is exactly tied at the point and at every
     # finite-difference point (``max(x, c) < c`` with x < c, ``v < v``) does not
     # depend on the inputs there: it cannot flip
@@ -793,12 +802,12 @@ def fd_rejection(prog, point, code=None, step=1e-6, min_margin=1e-4):
                     trial[pos] = trial[pos] + sign * step * max(1.0, abs(trial[pos]))
                 else:
                     trial[pos][idx] += sign * step * max(1.0, abs(trial[pos][idx]))
-                other = _run_instrumented(code, trial)
+                other, why = _run_instrumented(code, trial)
                 if other is None:
-                    return "rejected at a finite-difference point"
-                if other[0].trace != mon.trace:
+                    return f"the instrumented run stops at a finite-difference point ({why})"
+                if other.trace != mon.trace:
                     return f"the branches taken change under a step of {name}"
-                tied = [t and d == 0.0 for t, d in zip(tied, other[0].diffs)]
+                tied = [t and d == 0.0 for t, d in zip(tied, other.diffs)]
     margin = min([d for d, t in zip(mon.diffs, tied) if not t], default=math.inf)
     if margin < min_margin:
         return f"a comparison is within {margin:.2g} of flipping"
@@ -811,6 +820,11 @@ def _close(got, want, rtol, atol):
     if got.shape != want.shape or not np.all(np.isfinite(got)):
         return False
     return bool(np.all(np.abs(got - want) <= rtol * np.maximum(np.abs(got), np.abs(want)) + atol))
+
+
+def _fd_agree(a, b, atol, rtol=1e-3):
+    return all(_close(a.finite_differences[i], b.finite_differences[i], rtol, atol)
+               for i in a.finite_differences)
 
 
 def _gradient_mismatch(check, atol, rtol):
@@ -847,31 +861,42 @@ def run_program(prog, rtol=1e-4, verbose=False):
             continue
         reason = fd_rejection(prog, point, code)
         if reason is None:
-            ipy = _run_instrumented(code, prog.values(point))
-            if ipy is not None and primal is not None and not _close(primal, ipy[1], 1e-8, 1e-10):
-                reason = f"Numba ({primal!r}) and Python ({ipy[1]!r}) disagree"
+            mon, ipy = _run_instrumented(code, prog.values(point))
+            if primal is not None and not _close(primal, ipy, 1e-8, 1e-10):
+                reason = f"Numba ({primal!r}) and Python ({ipy!r}) disagree"
         if reason is not None:
             statuses.append("rejected")
             details.append(f"{where}\nrejected: {reason}")
             continue
-        scale = _run_instrumented(code, prog.values(point))[0].scale
-        atol = 1e-6 * max(1.0, scale)
+        atol = 1e-6 * max(1.0, mon.scale)
         try:
             check = enzpy.check_gradient(f, *prog.arg_spec(point))
             bad = _gradient_mismatch(check, atol, rtol)
             if bad is not None:
                 # confirm with other steps before calling it a failure
-                for step in (1e-5, 1e-7):
-                    other = enzpy.check_gradient(f, *prog.arg_spec(point), step=step)
-                    if _gradient_mismatch(other, atol, rtol) is None:
+                others = {}
+                for step in (1e-7, 1e-5):
+                    others[step] = enzpy.check_gradient(f, *prog.arg_spec(point), step=step)
+                    if _gradient_mismatch(others[step], atol, rtol) is None:
                         bad = None
                         break
+            if bad is not None and not _fd_agree(check, others[1e-7], atol):
+                # the estimates at steps 1e-6 and 1e-7 disagree with each other
+                # (e.g. cos(s ** 6) oscillates faster than the step resolves)
+                statuses.append("rejected")
+                details.append(f"{where}\nrejected: the finite differences do not converge "
+                               f"(step 1e-6: {check.finite_differences[bad]!r}, 1e-7: "
+                               f"{others[1e-7].finite_differences[bad]!r}; enzpy "
+                               f"{check.enzpy[bad]!r})")
+                continue
             if bad is not None:
                 name = prog.params[bad][0]
                 statuses.append("failed")
                 details.append(f"{where}\nWRONG DERIVATIVE for {name}: enzpy "
                                f"{check.enzpy[bad]!r}, finite differences "
-                               f"{check.finite_differences[bad]!r} ({check})")
+                               f"{check.finite_differences[bad]!r} (step 1e-6), "
+                               f"{others[1e-7].finite_differences[bad]!r} (1e-7), "
+                               f"{others[1e-5].finite_differences[bad]!r} (1e-5) ({check})")
                 continue
             problem = _check_primal(enzpy, f, prog, point)
             if problem is None and prog.layout_check:
