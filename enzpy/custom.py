@@ -102,6 +102,14 @@ entry:
 }}
 """
     dout = shadows["out"]
+    # One branch per BLAS kind: out' is the incoming adjoint; a' += g b, b' += g a.
+    branches = "".join(f"""{ty}:
+  %g.{ty} = load {ty}, ptr {dout}
+  store {ty} 0.0, ptr {dout}
+  call void @enzpy.axpy.{ty}(i64 %n, {ty} %g.{ty}, ptr %bcopy, ptr {shadows["a"]})
+  call void @enzpy.axpy.{ty}(i64 %n, {ty} %g.{ty}, ptr %slot, ptr {shadows["b"]})
+  br label %done
+""" for ty in ("double", "float"))
     rev = f"""
 define internal void @"{deriv.rev_name}"({params}) {{
 entry:
@@ -112,19 +120,7 @@ entry:
   br i1 %no_out, label %done, label %has_out
 has_out:
   br i1 %is_double, label %double, label %float
-double:
-  %gd = load double, ptr {dout}
-  store double 0.0, ptr {dout}
-  call void @enzpy.axpy.double(i64 %n, double %gd, ptr %bcopy, ptr {shadows["a"]})
-  call void @enzpy.axpy.double(i64 %n, double %gd, ptr %slot, ptr {shadows["b"]})
-  br label %done
-float:
-  %gf = load float, ptr {dout}
-  store float 0.0, ptr {dout}
-  call void @enzpy.axpy.float(i64 %n, float %gf, ptr %bcopy, ptr {shadows["a"]})
-  call void @enzpy.axpy.float(i64 %n, float %gf, ptr %slot, ptr {shadows["b"]})
-  br label %done
-done:
+{branches}done:
   ret void
 }}
 """
