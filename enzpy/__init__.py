@@ -1,4 +1,4 @@
-"""enzpy: reverse-mode automatic differentiation of Numba-compiled code.
+"""enzpy: reverse- and forward-mode automatic differentiation of Numba-compiled code.
 
 Numba lowers the function to LLVM IR; enzpy differentiates that IR in the style
 of Enzyme and compiles the derivative with llvmlite.
@@ -7,8 +7,10 @@ from .api import (Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse
                   ReverseWithPrimal, autodiff, build_report, cache_info)
 from .check import GradientCheck, check_gradient, gradient
 from .errors import UnsupportedError
+from .higher import hessian, hvp, jacobian
 
 __all__ = ["autodiff", "Reverse", "ReverseWithPrimal", "Forward", "ForwardWithPrimal",
            "Active", "Const", "Duplicated", "UnsupportedError", "cache_info",
-           "build_report", "gradient", "check_gradient", "GradientCheck"]
+           "build_report", "gradient", "check_gradient", "GradientCheck", "hvp", "hessian",
+           "jacobian"]
 __version__ = "0.1.0"

@@ -71,6 +71,13 @@ class ControlFlow:
         return inside
 
     @cached_property
+    def reverse_postorder(self) -> list:
+        """Blocks with each one after its dominators (unreachable blocks last)."""
+        order = list(nx.dfs_postorder_nodes(self.graph, self.fn.entry.name))[::-1]
+        seen = set(order)
+        return order + [b.name for b in self.fn.blocks if b.name not in seen]
+
+    @cached_property
     def idom(self) -> dict:
         return nx.immediate_dominators(self.graph, self.fn.entry.name)
 

@@ -15,7 +15,8 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
 from . import backend, frontend
-from .cache import STATS, ModuleBuilder, entry_function
+from .cache import (STATS, ModuleBuilder, entry_function, forward_entry_function,
+                    tangent_function)
 from .augment import INLINE_LIMIT
 from .errors import UnsupportedError
 from .irtext import read_module_text
@@ -109,7 +110,7 @@ class _Stopwatch:
 # -- the entry cache -------------------------------------------------------------
 class _Entry:
     __slots__ = ("call", "active_positions", "shadow_positions", "report", "alias_checks",
-                 "library")
+                 "library", "returns_tangent")
 
     def __init__(self, call, active_positions, shadow_positions, report, alias_checks,
                  library):
@@ -145,24 +146,34 @@ def _annotate(arg):
     return arg if isinstance(arg, Annotation) else Const(arg)
 
 
-def _check_args(disp, annotated):
+def _check_args(disp, annotated, mode):
     try:
         inspect.signature(disp.py_func).bind(*annotated)
     except TypeError as exc:
         raise TypeError(f"{disp.py_func.__qualname__}: {exc}") from None
     for i, a in enumerate(annotated):
+        if isinstance(a, Active) and not mode.reverse:
+            raise TypeError(f"argument {i}: {mode.name} mode takes Duplicated(x, dx) for a "
+                            f"scalar too (dx is the tangent of x), not Active")
+        if isinstance(a, Duplicated) and not mode.reverse and _is_float_scalar(a.val):
+            if not _is_float_scalar(a.dval):
+                raise TypeError(f"argument {i}: the tangent of a float scalar must be a float "
+                                f"scalar, got {type(a.dval).__name__}")
+            continue
         if isinstance(a, Active):
             if isinstance(a.val, np.ndarray):
                 raise TypeError(f"argument {i}: Active expects a float scalar, got an array; "
                                 f"use Duplicated(x, dx) for arrays")
-            if not isinstance(a.val, (float, np.floating)) or isinstance(a.val, np.float16):
+            if not _is_float_scalar(a.val):
                 raise TypeError(f"argument {i}: Active expects a float scalar "
                                 f"(float, numpy.float32 or numpy.float64), got "
                                 f"{type(a.val).__name__}")
         elif isinstance(a, Duplicated):
             if not isinstance(a.val, np.ndarray):
+                advice = ("use Active for scalars" if mode.reverse else
+                          "a float scalar with a float tangent")
                 raise TypeError(f"argument {i}: Duplicated expects a numpy array and its "
-                                f"shadow, got {type(a.val).__name__}; use Active for scalars")
+                                f"shadow, got {type(a.val).__name__}; {advice}")
             if a.val.dtype not in (np.float32, np.float64):
                 raise TypeError(f"argument {i}: Duplicated expects a float32 or float64 array, "
                                 f"got dtype {a.val.dtype}; pass integer arrays as Const")
@@ -175,7 +186,7 @@ def _check_args(disp, annotated):
 def _check_shadows(args):
     """Shadows must fit their arrays exactly: same shape, dtype and strides."""
     for i, a in enumerate(args):
-        if type(a) is not Duplicated:
+        if type(a) is not Duplicated or not isinstance(a.val, np.ndarray):
             continue
         x, dx = a.val, a.dval
         if dx.shape != x.shape:
@@ -195,6 +206,10 @@ def _check_shadows(args):
             raise ValueError(f"argument {i}: the shadow shares memory with the array")
 
 
+def _is_float_scalar(x) -> bool:
+    return isinstance(x, (float, np.floating)) and not isinstance(x, np.float16)
+
+
 _SCALARS = {float, int, bool, np.float64, np.float32, np.int64, np.int32, np.int16,
             np.int8, np.uint64, np.uint32, np.uint16, np.uint8, np.bool_, complex}
 _ANNOTATIONS = (Active, Const, Duplicated)
@@ -212,7 +227,7 @@ def _signature_key(arg):
         cls, value = Const, arg
     vt = type(value)
     if vt in _SCALARS:
-        return (cls, vt)
+        return (cls, vt, type(arg.dval)) if cls is Duplicated else (cls, vt)
     if cls is Duplicated:
         return (cls, _type_key(value), _type_key(arg.dval))
     return (cls, _type_key(value))
@@ -231,20 +246,21 @@ def autodiff(mode, f, *args):
     """Differentiate ``f`` at ``args`` (each ``Active``, ``Const`` or ``Duplicated``).
 
     ``Reverse``: ``((d1, d2, ...),)`` with ``None`` for non-Active arguments;
-    ``ReverseWithPrimal``: ``((d1, ...), primal)``.
+    ``ReverseWithPrimal``: ``((d1, ...), primal)``. ``Forward``: ``(tangent,)``,
+    the directional derivative of the return along the tangents of the
+    ``Duplicated`` arguments (a ``Duplicated`` array's shadow receives the
+    tangent of what ``f`` writes there); ``ForwardWithPrimal``: ``(tangent, primal)``.
     """
     if not isinstance(mode, Mode):
         raise TypeError(f"autodiff: the first argument must be a mode (Reverse, "
                         f"ReverseWithPrimal, Forward, ForwardWithPrimal), got {mode!r}")
-    if not mode.reverse:
-        raise UnsupportedError(f"{mode.name} mode is not implemented yet; use Reverse")
     disp = _dispatcher(f)
-    key = (disp, tuple(map(_signature_key, args)))
+    key = (disp, mode.reverse, tuple(map(_signature_key, args)))
     entry = _entries.get(key)
     if entry is None:
         annotated = [_annotate(a) for a in args]
-        _check_args(disp, annotated)
-        entry = _build(disp, annotated, key)
+        _check_args(disp, annotated, mode)
+        entry = _build(disp, annotated, key, mode)
     else:
         STATS.hits += 1
         if entry.shadow_positions:
@@ -258,6 +274,9 @@ def autodiff(mode, f, *args):
                 f"during the reverse sweep; pass distinct arrays")
     values += [args[i].dval for i in entry.shadow_positions]
     out = entry.call(*values)
+    if not mode.reverse:
+        tangent = out[0] if entry.returns_tangent else None
+        return (tangent, out[-2]) if mode.with_primal else (tangent,)
     report = entry.report
     if out[-1] > report.peak_tape_bytes:
         report.peak_tape_bytes = out[-1]
@@ -269,7 +288,56 @@ def autodiff(mode, f, *args):
     return (grads, out[n]) if mode.with_primal else (grads,)
 
 
-def _build(disp, annotated, key) -> _Entry:
+@dataclass
+class _Primal:
+    """A function lowered by Numba, read into enzpy's IR model."""
+    low: frontend.Lowered
+    model: object
+    lowered: dict
+    blocks: dict
+
+
+def _lower(watch, disp, argtypes) -> _Primal:
+    with watch.stage("numba_compile"):
+        low = frontend.lower(disp, argtypes)
+    with watch.stage("capture"):
+        module, lowered = frontend.collect_module(low)
+    with watch.stage("cleanup"):
+        blocks = frontend.original_blocks(module)
+        frontend.cleanup(module)
+    with watch.stage("read_ir"):
+        model = read_module_text(str(module))
+    watch.report.primal_instructions = _size(model)
+    _dump(disp, "primal", model.text)
+    return _Primal(low, model, lowered, blocks)
+
+
+def _size(model) -> int:
+    return sum(len(b.instructions) for fn in model.functions.values() for b in fn.blocks)
+
+
+def _check_return(low, forward):
+    restype = low.restype
+    if isinstance(restype, (types.Float, types.Integer, types.Boolean)) or \
+            restype == types.none:
+        return
+    if forward and isinstance(restype, types.Array) and isinstance(restype.dtype, types.Float):
+        return
+    returned = "a scalar, None" + (" or a float array" if forward else "")
+    raise UnsupportedError(f"function '{low.name}' returns {restype}; enzpy "
+                           f"differentiates functions returning {returned}")
+
+
+def _generate(builder, symbol, activity, name):
+    try:
+        return builder.build(symbol, activity)
+    except UnsupportedError as exc:
+        if f"'{name}'" in str(exc):
+            raise
+        raise UnsupportedError(f"differentiating '{name}': {exc}") from None
+
+
+def _build(disp, annotated, key, mode) -> _Entry:
     with _build_lock, global_compiler_lock:
         if key in _entries:             # another thread built it meanwhile
             STATS.hits += 1
@@ -278,60 +346,127 @@ def _build(disp, annotated, key) -> _Entry:
         argtypes = tuple(numba.typeof(a.val) for a in annotated)
         report = BuildReport(disp.py_func.__qualname__, str(argtypes))
         watch = _Stopwatch(report)
-        with watch.stage("numba_compile"):
-            low = frontend.lower(disp, argtypes)
-        restype = low.restype
-        return_active = isinstance(restype, types.Float)
-        if not (return_active or isinstance(restype, (types.Integer, types.Boolean))
-                or restype == types.none):
-            raise UnsupportedError(f"function '{low.name}' returns {restype}; enzpy "
-                                   f"differentiates functions returning a scalar or None")
-        with watch.stage("capture"):
-            module, lowered = frontend.collect_module(low)
-        with watch.stage("cleanup"):
-            blocks = frontend.original_blocks(module)
-            frontend.cleanup(module)
-        with watch.stage("read_ir"):
-            model = read_module_text(str(module))
-        report.primal_instructions = sum(
-            len(b.instructions) for fn in model.functions.values() for b in fn.blocks)
+        primal = _lower(watch, disp, argtypes)
+        low = primal.low
+        _check_return(low, not mode.reverse)
         ctx = cpu_target.target_context
-        activity, shadow_types = _activity(ctx, annotated, argtypes, return_active)
-        with watch.stage("reverse"):
-            builder = ModuleBuilder(model, lowered, blocks)
-            try:
-                root = builder.build(low.symbol, activity)
-            except UnsupportedError as exc:
-                if f"'{low.name}'" in str(exc):
-                    raise
-                raise UnsupportedError(f"differentiating '{low.name}': {exc}") from None
-            entry_name = f"enzpy.entry.{next(backend._ids)}.{low.symbol}"
-            ret_slot = _return_slot_type(ctx, restype)
-            text = builder.module_text(entry_function(
-                entry_name, root, ret_slot, return_active, _flat_types(ctx, shadow_types),
-                _ARRAY_SHADOWED_FIELDS))
-        _dump(disp, "primal", model.text)
+        restype = low.restype
+        returns_derivative = isinstance(restype, (types.Float, types.Array))
+        activity, shadow_types = _activity(ctx, annotated, argtypes, returns_derivative)
+        shadows = [i for i, a in enumerate(annotated) if isinstance(a, Duplicated)]
+        if mode.reverse:
+            builder, entry_name, text = _reverse_module(
+                watch, primal, low.symbol, activity, shadow_types, restype)
+            alias_checks = _alias_checks(ctx, builder.readonly, low.symbol, argtypes)
+        else:
+            with watch.stage("forward"):
+                builder = ModuleBuilder(primal.model, primal.lowered, primal.blocks,
+                                        mode="forward")
+                root = _generate(builder, low.symbol, activity, low.name)
+                entry_name = f"enzpy.entry.{next(backend._ids)}.{low.symbol}"
+                text = builder.module_text(forward_entry_function(
+                    entry_name, root, _return_slot_type(ctx, restype), returns_derivative,
+                    *_tangent_params(ctx, annotated, argtypes)))
+            alias_checks = []
         _dump(disp, "derivative", text)
         report.derivative_functions = len(builder.derivatives)
         report.module_bytes = len(text)
-        with watch.stage("parse"):
-            big = [name for name, fn in model.functions.items()
-                   if sum(len(b.instructions) for b in fn.blocks) > INLINE_LIMIT]
-            module = backend.prepare_module(text, entry_name, builder.exported, big)
-        codegen = ctx.codegen()
-        with watch.stage("optimize"):
-            backend.optimize(module, codegen)
-        with watch.stage("codegen"):
-            library, address = backend.compile_module(module, entry_name, codegen)
-            builder.publish(library)
+        library, address = _compile(watch, text, entry_name, builder, primal.model)
         with watch.stage("wrap"):
             adjoint_types = [ty for a, ty in zip(annotated, argtypes) if isinstance(a, Active)]
             call = backend.numba_entry(address, argtypes + tuple(shadow_types), adjoint_types,
-                                       restype)
+                                       restype, tangent=not mode.reverse and returns_derivative)
         positions = [i for i, a in enumerate(annotated) if isinstance(a, Active)]
-        shadows = [i for i, a in enumerate(annotated) if isinstance(a, Duplicated)]
-        entry = _Entry(call, positions, shadows, report,
-                       _alias_checks(ctx, builder.readonly, low.symbol, argtypes), library)
+        entry = _Entry(call, positions, shadows, report, alias_checks, library)
+        entry.returns_tangent = returns_derivative
+        _entries[key] = entry
+        _reports.setdefault(disp.py_func, []).append(report)
+        log.info("built %s", report)
+        return entry
+
+
+def _reverse_module(watch, primal, symbol, activity, shadow_types, restype, name=None):
+    """(builder, entry name, module text) of the reverse derivative of ``symbol``."""
+    ctx = cpu_target.target_context
+    with watch.stage("reverse"):
+        builder = ModuleBuilder(primal.model, primal.lowered, primal.blocks)
+        root = _generate(builder, symbol, activity, name or primal.low.name)
+        entry_name = f"enzpy.entry.{next(backend._ids)}.{symbol}"
+        text = builder.module_text(entry_function(
+            entry_name, root, _return_slot_type(ctx, restype), activity[0] == "dup",
+            _flat_types(ctx, shadow_types), _ARRAY_SHADOWED_FIELDS))
+    return builder, entry_name, text
+
+
+def _compile(watch, text, entry_name, builder, model):
+    """Machine code of a derivative module: (library, entry address)."""
+    with watch.stage("parse"):
+        big = [name for name, fn in model.functions.items()
+               if sum(len(b.instructions) for b in fn.blocks) > INLINE_LIMIT]
+        module = backend.prepare_module(text, entry_name, builder.exported, big)
+    codegen = cpu_target.target_context.codegen()
+    with watch.stage("optimize"):
+        backend.optimize(module, codegen)
+    with watch.stage("codegen"):
+        library, address = backend.compile_module(module, entry_name, codegen)
+        builder.publish(library)
+    return library, address
+
+
+def _build_hvp(disp, x, consts, key) -> _Entry:
+    """The Hessian-vector product of ``f(x, *consts)``: reverse mode over the
+    tangent function that forward mode writes (its IR is read back and
+    differentiated like any Numba function's).
+
+    The entry takes ``(x, *consts, v[, hv])``: an array x's product is
+    accumulated into ``hv``; a scalar x's is returned as the adjoint."""
+    with _build_lock, global_compiler_lock:
+        if key in _entries:
+            STATS.hits += 1
+            return _entries[key]
+        STATS.misses += 1
+        ctx = cpu_target.target_context
+        argtypes = (numba.typeof(x),) + tuple(numba.typeof(c) for c in consts)
+        report = BuildReport(disp.py_func.__qualname__, f"hvp{argtypes}")
+        watch = _Stopwatch(report)
+        primal = _lower(watch, disp, argtypes)
+        low = primal.low
+        if not isinstance(low.restype, types.Float):
+            raise TypeError(f"hvp: '{low.name}' returns {low.restype}; it needs a function "
+                            f"returning a float scalar")
+        scalar = isinstance(argtypes[0], types.Float)
+        first = [Duplicated(x, x)] + [Const(c) for c in consts]
+        activity, _ = _activity(ctx, first, argtypes, True)
+        tx = argtypes[0]
+        v_fields = ctx.get_arg_packer([tx]).argument_types
+        v_params = [(str(t), f"v.{k}") for k, t in enumerate(v_fields)]
+        v_passed = ["v.0"] if scalar else [f"v.{k}" for k in _ARRAY_SHADOWED_FIELDS]
+        with watch.stage("forward"):
+            tangents = ModuleBuilder(primal.model, primal.lowered, primal.blocks,
+                                     mode="forward", share=False)
+            root = _generate(tangents, low.symbol, activity, low.name)
+            name = f"enzpy.tangent.{next(backend._ids)}.{low.symbol}"
+            text = tangents.module_text(tangent_function(
+                name, root, _return_slot_type(ctx, low.restype), v_params, v_passed))
+        _dump(disp, "tangent", text)
+        with watch.stage("read_tangent_ir"):
+            model = read_module_text(text)
+        second = [Active(x) if scalar else Duplicated(x, x)] + first[1:] + [Const(x)]
+        argtypes2 = argtypes + (tx,)
+        activity2, shadow_types = _activity(ctx, second, argtypes2, True)
+        builder, entry_name, text = _reverse_module(
+            watch, _Primal(low, model, primal.lowered, primal.blocks), name, activity2,
+            shadow_types, low.restype, name=low.name)
+        _dump(disp, "hvp", text)
+        report.derivative_functions = len(builder.derivatives) + len(tangents.derivatives)
+        report.module_bytes = len(text)
+        library, address = _compile(watch, text, entry_name, builder, model)
+        with watch.stage("wrap"):
+            call = backend.numba_entry(address, argtypes2 + tuple(shadow_types),
+                                       [tx] if scalar else [], low.restype)
+        entry = _Entry(call, [0] if scalar else [], [0] if not scalar else [], report, [],
+                       library)
+        entry.returns_tangent = False
         _entries[key] = entry
         _reports.setdefault(disp.py_func, []).append(report)
         log.info("built %s", report)
@@ -344,13 +479,17 @@ _ARRAY_SHADOWED_FIELDS = (0, 4)
 
 
 def _activity(ctx, annotated, argtypes, return_active):
-    """Activity of each LLVM parameter of the root function, and the shadow types."""
+    """Activity of each LLVM parameter of the root function, and the shadow types
+    (a Duplicated float scalar, in forward mode, is 'active': its tangent is a scalar)."""
     activity = ["dup" if return_active else "const", "const"]
     shadow_types = []
     for a, ty in zip(annotated, argtypes):
         width = len(ctx.get_arg_packer([ty]).argument_types)
         if isinstance(a, Active):
             activity.append("active")
+        elif isinstance(a, Duplicated) and isinstance(ty, types.Float):
+            activity.append("active")
+            shadow_types.append(ty)
         elif isinstance(a, Duplicated):
             activity.extend("dup" if k in _ARRAY_SHADOWED_FIELDS else "const"
                             for k in range(width))
@@ -358,6 +497,23 @@ def _activity(ctx, annotated, argtypes, return_active):
         else:
             activity.extend(["const"] * width)
     return activity, shadow_types
+
+
+def _tangent_params(ctx, annotated, argtypes):
+    """The extra parameters of a forward entry, as (LLVM type, name), and the
+    names of those passed on as the root's tangents and shadows, in order."""
+    params, passed = [], []
+    for j, (a, ty) in enumerate(zip(annotated, argtypes)):
+        if not isinstance(a, Duplicated):
+            continue
+        if isinstance(ty, types.Float):
+            params.append((str(ctx.get_value_type(ty)), f"t{j}"))
+            passed.append(f"t{j}")
+        else:
+            fields = ctx.get_arg_packer([numba.typeof(a.dval)]).argument_types
+            params += [(str(t), f"t{j}.{k}") for k, t in enumerate(fields)]
+            passed += [f"t{j}.{k}" for k in _ARRAY_SHADOWED_FIELDS]
+    return params, passed
 
 
 def _alias_checks(ctx, readonly, symbol, argtypes):

@@ -61,20 +61,26 @@ def compile_module(module, entry: str, codegen):
     return library, library.get_pointer_to_function(entry)
 
 
-def numba_entry(address: int, argtypes, adjoint_types, restype):
+def numba_entry(address: int, argtypes, adjoint_types, restype, tangent=False):
     """An ``@njit`` function ``f(*args) -> (adjoints..., primal, peak tape bytes)``
-    calling the derivative's entry point at ``address``."""
-    result = types.Tuple(tuple(adjoint_types) + (restype, types.int64))
+    calling the derivative's entry point at ``address``; with ``tangent``,
+    ``(tangent, primal, 0)`` where the tangent has the primal's type."""
+    fields = [(t, False) for t in adjoint_types] + [(restype, True)] * (1 + tangent)
+    result = types.Tuple(tuple(t for t, _ in fields) + (types.int64,))
 
     def typer(typingctx, args):
         def codegen(context, builder, sig, llargs):
             flat = list(context.call_conv._get_arg_packer(sig.args).as_arguments(builder, llargs))
-            adj_ll = [context.get_value_type(t) for t in adjoint_types]
-            if restype == types.none:
-                ret_ll = llir.IntType(8)
-            else:
-                ret_ll = context.data_model_manager[restype].get_return_type()
-            out_ty = llir.LiteralStructType(adj_ll + [ret_ll, llir.IntType(64)])
+
+            def slot_type(ty, returned):
+                if not returned:
+                    return context.get_value_type(ty)
+                if ty == types.none:
+                    return llir.IntType(8)
+                return context.data_model_manager[ty].get_return_type()
+
+            out_ty = llir.LiteralStructType([slot_type(t, r) for t, r in fields]
+                                            + [llir.IntType(64)])
             fnty = llir.FunctionType(llir.IntType(32),
                                      [llir.PointerType(out_ty),
                                       llir.PointerType(llir.PointerType(excinfo_t))]
@@ -88,13 +94,16 @@ def numba_entry(address: int, argtypes, adjoint_types, restype):
             with cgutils.if_unlikely(builder, status.is_error):
                 context.call_conv.return_status_propagate(builder, status)
             packed = builder.load(out)
-            values = [builder.extract_value(packed, i) for i in range(len(adj_ll))]
-            raw = builder.extract_value(packed, len(adj_ll))
-            if restype == types.none:
-                values.append(context.get_dummy_value())
-            else:
-                values.append(context.data_model_manager[restype].from_return(builder, raw))
-            values.append(builder.extract_value(packed, len(adj_ll) + 1))
+            values = []
+            for i, (ty, returned) in enumerate(fields):
+                raw = builder.extract_value(packed, i)
+                if not returned:
+                    values.append(raw)
+                elif ty == types.none:
+                    values.append(context.get_dummy_value())
+                else:
+                    values.append(context.data_model_manager[ty].from_return(builder, raw))
+            values.append(builder.extract_value(packed, len(fields)))
             return context.make_tuple(builder, result, values)
         return result(*args), codegen
 

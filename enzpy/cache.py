@@ -17,12 +17,14 @@ from .errors import UnsupportedError
 from .frontend import demangle
 from .ir import local
 from .analysis import ReadOnlyMemory, split_loop_exits
-from .custom import custom_derivative, custom_function
+from .custom import custom_derivative, custom_forward, custom_function
+from .forward import FORWARD_RUNTIME, FORWARD_RUNTIME_FUNCTIONS, ForwardDerivative, ForwardGenerator
 from .reverse import FunctionDerivative, ReverseGenerator
 from .runtime import MEMORY_RUNTIME, RUNTIME_FUNCTIONS
 from .tape import ACQUIRE, FREE, PEAK_FIELD, RUNTIME, TAPE_TYPE
 
 _BLOCK_LABEL = re.compile(r"^B(\d+)")
+_TANGENT_NAME = re.compile(r"^enzpy\.f\d+\.(.*)\.fwd$")
 
 
 class Stats:
@@ -47,17 +49,24 @@ class Library:
         self.library = None
 
 
-# (symbol, activity) -> (FunctionDerivative, Library): derivatives compiled by
+# (mode, symbol, activity) -> (derivative, Library): derivatives compiled by
 # earlier builds, which later builds call instead of writing them again.
 _SHARED: dict = {}
 _NAMES = itertools.count()
 
 
 class ModuleBuilder:
-    """Writes every aug/rev pair one root derivative needs, into one module."""
+    """Writes every derivative one root derivative needs, into one module:
+    aug/rev pairs (``mode='reverse'``) or tangent functions (``'forward'``).
 
-    def __init__(self, module, lowered, original_blocks=None):
+    With ``share=False`` nothing is taken from or given to other builds: every
+    derivative is written here (a module another transformation will read).
+    """
+
+    def __init__(self, module, lowered, original_blocks=None, mode="reverse", share=True):
         self.module = module
+        self.mode = mode
+        self.share = share
         self.original_blocks = original_blocks or {}
         self.lowered = lowered            # symbol -> frontend.Lowered
         self.derivatives = {}             # (symbol, activity) -> FunctionDerivative
@@ -99,18 +108,21 @@ class ModuleBuilder:
             return False
         return True
 
-    def derivative(self, symbol, activity) -> FunctionDerivative:
-        key = (symbol, tuple(activity))
+    def derivative(self, symbol, activity):
+        key = (self.mode, symbol, tuple(activity))
         found = self.derivatives.get(key)
-        if found is None and key in _SHARED:
+        if found is None and self.share and key in _SHARED:
             found, _ = _SHARED[key]
             self.derivatives[key] = self.reused[key] = found
         if found is None:
             fn = custom_function(symbol, self.module) or self.module.functions.get(symbol)
             if fn is None:
                 raise UnsupportedError(f"the IR of called function '{symbol}' is not available")
-            split_loop_exits(fn)
-            found = FunctionDerivative(fn, activity, next(_NAMES))
+            if self.mode == "forward":
+                found = ForwardDerivative(fn, activity, next(_NAMES))
+            else:
+                split_loop_exits(fn)
+                found = FunctionDerivative(fn, activity, next(_NAMES))
             self.derivatives[key] = found
             self._pending.append(found)
         return found
@@ -119,11 +131,13 @@ class ModuleBuilder:
     def exported(self) -> set:
         """Names of the derivatives this build writes (kept visible to later builds)."""
         return {name for key, d in self.derivatives.items() if key not in self.reused
-                for name in (d.aug_name, d.rev_name)}
+                for name in d.names}
 
     def publish(self, library):
         """After a successful compile: later builds may call these derivatives."""
         self.library.library = library
+        if not self.share:
+            return
         with STATS.lock:
             for key, d in self.derivatives.items():
                 STATS.keys.add(key)
@@ -135,6 +149,9 @@ class ModuleBuilder:
         """' in function 'f' (near line N)' for messages about ``ins``."""
         block = self.original_blocks.get(symbol, {}).get(ins.name) or (
             ins.block.name if ins.block else "")
+        tangent = _TANGENT_NAME.match(symbol)
+        if tangent:                 # a tangent function, differentiated again
+            symbol = tangent.group(1)
         low = self.lowered.get(symbol)
         name = low.name if low is not None else demangle(symbol)
         text = f" in function '{name}'"
@@ -152,10 +169,12 @@ class ModuleBuilder:
         root = self.derivative(symbol, activity)
         while self._pending:
             deriv = self._pending.pop()
+            forward = self.mode == "forward"
             if deriv.fn.blocks:
-                self.texts.append(ReverseGenerator(self, deriv, self.describe).generate())
+                generator = ForwardGenerator if forward else ReverseGenerator
+                self.texts.append(generator(self, deriv, self.describe).generate())
             else:
-                self.texts.append(custom_derivative(deriv))
+                self.texts.append((custom_forward if forward else custom_derivative)(deriv))
         return root
 
     def module_text(self, entry: str) -> str:
@@ -167,16 +186,26 @@ class ModuleBuilder:
                         primal, flags=re.M)
         existing = set(self.module.functions) | set(self.module.declarations)
         for d in self.derivatives.values():
-            existing |= {d.aug_name, d.rev_name}
+            existing |= set(d.names)
+        if self.mode == "forward":
+            runtime, runtime_names = [FORWARD_RUNTIME], FORWARD_RUNTIME_FUNCTIONS
+        else:
+            runtime, runtime_names = [RUNTIME, MEMORY_RUNTIME], _RUNTIME_NAMES
         decls = [text for name, text in self.declarations.items()
-                 if name not in existing and name not in _RUNTIME_NAMES]
+                 if name not in existing and name not in runtime_names]
         for d in self.reused.values():
             decls += d.declarations()
-        return "\n".join([primal, RUNTIME, MEMORY_RUNTIME, *decls, *self.texts, entry])
+        return "\n".join([primal, *runtime, *decls, *self.texts, entry])
 
 
 _RUNTIME_NAMES = RUNTIME_FUNCTIONS | {"realloc", "free", "calloc", "enzpy.tape.grow", "enzpy.tape.reserve",
                   "enzpy.tape.release", "enzpy.tape.free", "enzpy.tape.acquire"}
+
+
+def _slot(ret_slot_type) -> str:
+    """A return slot with room for a pointer: Numba stores a null pointer
+    through the return pointer of a function returning None."""
+    return f"{{ {ret_slot_type}, i64 }}"
 
 
 def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
@@ -208,9 +237,9 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
         f"  %tape = alloca {TAPE_TYPE}",
         f"  store {TAPE_TYPE} zeroinitializer, ptr %tape",
         f"  call void @{ACQUIRE}(ptr %tape)",
-        f"  %ret = alloca {ret_slot_type}",
+        f"  %ret = alloca {_slot(ret_slot_type)}",
         f"  store {ret_slot_type} zeroinitializer, ptr %ret",
-        f"  %shadow.ret = alloca {ret_slot_type}",
+        f"  %shadow.ret = alloca {_slot(ret_slot_type)}",
         f"  store {ret_slot_type} zeroinitializer, ptr %shadow.ret",
         f"  %status = call i32 @\"{root.aug_name}\"({argtext})",
         "  %is_ok = icmp eq i32 %status, 0",
@@ -248,3 +277,74 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
         "}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def forward_entry_function(name, root: ForwardDerivative, ret_slot_type, return_tangent,
+                           shadow_params, passed) -> str:
+    """``i32 name(ptr out, ptr excinfo, args..., shadows...)``: calls the root's
+    tangent function; ``out`` receives ``{ tangent, primal, i64 0 }`` (no
+    tangent field when the return carries none).
+
+    ``shadow_params`` lists the (type, name) of the entry's extra parameters
+    (tangent scalars, shadow arrays' fields); ``passed`` the names among them
+    that are the root's tangents and shadows of its non-const arguments, in order.
+    """
+    user = root.fn.args[2:]
+    params = [f"{a.type} {local(a.name)}" for a in user]
+    params += [f"{t} {local(n)}" for t, n in shadow_params]
+    extras = iter(local(n) for n in passed)
+    args = ["ptr %ret", "ptr %excinfo"] + [f"{a.type} {local(a.name)}" for a in user]
+    for i, (a, act) in enumerate(zip(root.fn.args, root.activity)):
+        if act != "const":
+            args.append(f"{a.type} {'%tangent.ret' if i == 0 else next(extras)}")
+    fields = ([ret_slot_type] if return_tangent else []) + [ret_slot_type, "i64"]
+    out_type = "{ " + ", ".join(fields) + " }"
+    lines = [
+        f"define i32 @\"{name}\"(ptr %out, ptr %excinfo{', ' if params else ''}"
+        f"{', '.join(params)}) {{",
+        "entry:",
+        f"  %ret = alloca {_slot(ret_slot_type)}",
+        f"  store {ret_slot_type} zeroinitializer, ptr %ret",
+        f"  %tangent.ret = alloca {_slot(ret_slot_type)}",
+        f"  store {ret_slot_type} zeroinitializer, ptr %tangent.ret",
+        f"  %status = call i32 @\"{root.name}\"({', '.join(args)})",
+        "  %is_ok = icmp eq i32 %status, 0",
+        "  %is_none = icmp eq i32 %status, -2",
+        "  %ok = or i1 %is_ok, %is_none",
+        "  br i1 %ok, label %done, label %failed",
+        "failed:",
+        "  ret i32 %status",
+        "done:",
+        f"  %primal = load {ret_slot_type}, ptr %ret",
+        f"  %tangent = load {ret_slot_type}, ptr %tangent.ret",
+    ]
+    values = (["%tangent"] if return_tangent else []) + ["%primal", "0"]
+    agg = "undef"
+    for i, (ref, ty) in enumerate(zip(values, fields)):
+        lines.append(f"  %o{i} = insertvalue {out_type} {agg}, {ty} {ref}, {i}")
+        agg = f"%o{i}"
+    lines += [f"  store {out_type} {agg}, ptr %out", "  ret i32 0", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def tangent_function(name, root: ForwardDerivative, ret_slot_type, shadow_params,
+                     passed) -> str:
+    """A Numba-convention function ``i32 name(ptr ret, ptr excinfo, args...,
+    tangents...)`` whose return value is the root's tangent (its primal is
+    dropped): reverse mode differentiates it like any Numba function, which
+    gives second derivatives (reverse over forward)."""
+    user = root.fn.args[2:]
+    params = ["ptr %ret", "ptr %excinfo"] + [f"{a.type} {local(a.name)}" for a in user]
+    params += [f"{t} {local(n)}" for t, n in shadow_params]
+    extras = iter(local(n) for n in passed)
+    args = ["ptr %primal", "ptr %excinfo"] + [f"{a.type} {local(a.name)}" for a in user]
+    for i, (a, act) in enumerate(zip(root.fn.args, root.activity)):
+        if act != "const":
+            args.append(f"{a.type} {'%ret' if i == 0 else next(extras)}")
+    return "\n".join([
+        f"define i32 @\"{name}\"({', '.join(params)}) {{",
+        "entry:",
+        f"  %primal = alloca {_slot(ret_slot_type)}",
+        f"  %status = call i32 @\"{root.name}\"({', '.join(args)})",
+        "  ret i32 %status",
+        "}"]) + "\n"

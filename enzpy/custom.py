@@ -125,3 +125,67 @@ has_out:
 }}
 """
     return aug + rev
+
+
+def custom_forward(deriv) -> str:
+    """The tangent function of a function with a hand-written derivative."""
+    if deriv.fn.name == "numba_xxdot":
+        return xxdot_forward(deriv)
+    return int_power_forward(deriv)
+
+
+def _shadow_ref(arg) -> str:
+    return local("~t." + arg.name)
+
+
+def int_power_forward(deriv) -> str:
+    """``int_power(a, n)``: the tangent is n a^(n-1) a'."""
+    retptr, excinfo, a, n = deriv.fn.args
+    ty = a.type
+    sfx = "f64" if ty == "double" else "f32"
+    args = f"ptr {retptr.ref}, ptr {excinfo.ref}, {ty} {a.ref}, {n.type} {n.ref}"
+    body = ""
+    if deriv.activity[0] == "dup":
+        tangent = _shadow_ref(a) if deriv.activity[2] == "active" else "0.0"
+        body = f"""  %nf = sitofp {n.type} {n.ref} to {ty}
+  %nm1 = fsub {ty} %nf, 1.0
+  %p = call {ty} @llvm.pow.{sfx}({ty} {a.ref}, {ty} %nm1)
+  %d = fmul {ty} %nf, %p
+  %n_is_zero = icmp eq {n.type} {n.ref}, 0
+  %d0 = select i1 %n_is_zero, {ty} 0.0, {ty} %d
+  %t = fmul {ty} %d0, {tangent}
+  store {ty} %t, ptr {_shadow_ref(retptr)}
+"""
+    return f"""
+define internal i32 @"{deriv.name}"({", ".join(deriv.params)}) {{
+  %status = call i32 @"{deriv.fn.name}"({args})
+{body}  ret i32 %status
+}}
+"""
+
+
+def xxdot_forward(deriv) -> str:
+    """``numba_xxdot``: out' = dot(a', b) + dot(a, b')."""
+    shadows = {name: (f'%"~t.{name}"' if act == "dup" else "null")
+               for (_, name), act in zip(_XXDOT_PARAMS, deriv.activity)}
+    dout = shadows["out"]
+    branches = "".join(f"""{ty}:
+  %ta.{ty} = call {ty} @enzpy.fwd.dot.{ty}(i64 %n, ptr {shadows["a"]}, ptr %b)
+  %tb.{ty} = call {ty} @enzpy.fwd.dot.{ty}(i64 %n, ptr {shadows["b"]}, ptr %a)
+  %t.{ty} = fadd {ty} %ta.{ty}, %tb.{ty}
+  store {ty} %t.{ty}, ptr {dout}
+  br label %done
+""" for ty in ("double", "float"))
+    return f"""
+define internal i32 @"{deriv.name}"({", ".join(deriv.params)}) {{
+entry:
+  %status = call i32 @numba_xxdot(i8 %kind, i8 %conj, i64 %n, ptr %a, ptr %b, ptr %out)
+  %no_out = icmp eq ptr {dout}, null
+  br i1 %no_out, label %done, label %has_out
+has_out:
+  %is_double = icmp eq i8 %kind, 100
+  br i1 %is_double, label %double, label %float
+{branches}done:
+  ret i32 %status
+}}
+"""

@@ -47,11 +47,13 @@ def strip_metadata(text: str) -> str:
 class ShadowMemory:
     """Generator methods for memory: see the module docstring."""
 
+    sink_read, sink_write = SINK_READ, SINK_WRITE
+
     def guard(self, ptr: Value, write=False) -> Value:
         """``ptr``, or scratch memory when it is null: a shadow pointer is null
         when its primal points to memory that carries no derivative. Reads then
         see zeros (a buffer never written); writes go to a second buffer."""
-        sink = Value(f"@{SINK_WRITE if write else SINK_READ}", "ptr", "global")
+        sink = Value(f"@{self.sink_write if write else self.sink_read}", "ptr", "global")
         if ptr.ref == "null":
             return sink
         if self._never_null(ptr):

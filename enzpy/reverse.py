@@ -20,13 +20,14 @@ from __future__ import annotations
 import re
 
 from . import rules
-from .analysis import DERIVED_POINTERS, Activity, ControlFlow
+from .analysis import DERIVED_POINTERS
 from .emitter import Emitter
 from .errors import UnsupportedError
 from .ir import (Instruction, Value, contains_float, contains_pointer, is_float_type, local,
                  split_top)
 from .augment import AugmentedForward
-from .memory import ShadowMemory, explain, null_shadow, shadow_name, slot_at
+from .generator import DerivativeGenerator
+from .memory import ShadowMemory, null_shadow, shadow_name, slot_at
 from .tape import POP, slot_bytes
 
 RECOMPUTABLE = {
@@ -69,6 +70,7 @@ class FunctionDerivative:
         base = f"enzpy.d{index}.{fn.name}"
         self.aug_name = base + ".aug"
         self.rev_name = base + ".rev"
+        self.names = (self.aug_name, self.rev_name)
         self.adjoint_args = [a for a, act in zip(fn.args, activity) if act == "active"]
         self.rev_type = self._struct([a.type for a in self.adjoint_args])
         params = [f"{a.type} {local(a.name)}" for a in fn.args]
@@ -91,17 +93,11 @@ class FunctionDerivative:
                 f'declare {self.rev_type} @"{self.rev_name}"({types})']
 
 
-class ReverseGenerator(AugmentedForward, ShadowMemory):
+class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
     """Writes the aug and rev functions of one FunctionDerivative."""
 
     def __init__(self, builder, deriv: FunctionDerivative, describe):
-        self.builder = builder
-        self.d = deriv
-        self.fn = deriv.fn
-        self.describe = describe      # (function name, instruction) -> " in function 'f' ..."
-        self.cfg = ControlFlow(self.fn)
-        self.act = Activity(self.fn, deriv.activity, builder.call_propagates)
-        self.calls = {}               # instruction name / id -> callee derivative
+        super().__init__(builder, deriv, describe)
         self.shadow_memory = self._shadow_memory_layout()   # alloca name -> offset
         self.loops = self.cfg.counted_loops
         self.inductions = self._find_inductions()   # phi name -> (header, init, step, op)
@@ -117,36 +113,6 @@ class ReverseGenerator(AugmentedForward, ShadowMemory):
         rev = self._reverse_function()
         aug = self._augmented_function()
         return aug + "\n" + rev
-
-    def _where(self, ins) -> str:
-        return self.describe(self.fn.name, ins)
-
-    def _check_unsupported(self):
-        for b in self.fn.blocks:
-            for ins in b.instructions:
-                if ins.opcode == "alloca" and ins.name in self.act.shadowed \
-                        and b is not self.fn.entry:
-                    raise UnsupportedError(
-                        f"alloca of float memory outside the entry block{self._where(ins)}")
-                if ins.opcode == "store" and self.act.is_varied(ins.operands[0]) \
-                        and not self.act.is_shadowed(ins.operands[1]):
-                    raise UnsupportedError(
-                        f"a value that depends on the differentiated inputs is stored to "
-                        f"memory without a shadow (`{ins.text}`){self._where(ins)}: pass "
-                        f"the array it writes as Duplicated(array, zero shadow), not Const")
-                if ins.opcode == "call" and self._escapes(ins):
-                    what = (f"'{ins.callee}', which enzpy cannot differentiate" if ins.callee
-                            else "an indirect call (indirect call with active arguments)")
-                    raise UnsupportedError(
-                        f"a value that depends on the differentiated inputs flows into "
-                        f"{what}{self._where(ins)}{explain(ins.callee)}")
-                if ins.opcode == "call" and not self._is_derivative_call(ins) \
-                        and not rules.INACTIVE_CALLS.match(ins.callee) \
-                        and not rules.MEMORY_CALLS.match(ins.callee) \
-                        and any(self.act.is_shadowed(a) for a in ins.args):
-                    raise UnsupportedError(
-                        f"call to '{ins.callee or 'an indirect function'}' with "
-                        f"differentiable memory{self._where(ins)}{explain(ins.callee)}")
 
     def _find_inductions(self) -> dict:
         """Integer phis ``i = phi [init, preheader], [i +/- step, latch]`` of
@@ -196,30 +162,6 @@ class ReverseGenerator(AugmentedForward, ShadowMemory):
         """A load from memory nothing writes during the call: the reverse
         sweep reads it again instead of recording it."""
         return ins.opcode == "load" and self.builder.readonly.is_readonly(self.fn, ins.operands[0])
-
-    def _escapes(self, ins) -> bool:
-        """A call outside enzpy's knowledge receiving a varied float (e.g. boxing
-        it into a Python object in an objmode block): its derivative would be lost."""
-        if self.builder.differentiable_callee(ins.callee) or rules.has_rule(ins.callee) \
-                or rules.INACTIVE_CALLS.match(ins.callee) or rules.MEMORY_CALLS.match(ins.callee):
-            return False
-        return any(self.act.is_varied(a) and contains_float(a.type) for a in ins.args)
-
-    def _is_derivative_call(self, ins) -> bool:
-        """A call to a Numba function that must be differentiated itself."""
-        return ins.opcode == "call" and self.builder.differentiable_callee(ins.callee) and any(
-            self.act.is_shadowed(a) or self.act.is_active(a) for a in ins.args)
-
-    def _callee_activity(self, ins):
-        return tuple("dup" if self.act.is_shadowed(a) else
-                     "active" if self.act.is_active(a) and is_float_type(a.type) else "const"
-                     for a in ins.args)
-
-    def _callee(self, ins) -> FunctionDerivative:
-        key = id(ins)
-        if key not in self.calls:
-            self.calls[key] = self.builder.derivative(ins.callee, self._callee_activity(ins))
-        return self.calls[key]
 
     # -- where the reverse gets primal values --------------------------------
     def _storage(self, key, ins) -> str:

@@ -1,0 +1,84 @@
+"""What the reverse and forward generators share: activity, refusals, callees.
+
+A generator writes the derivative of one (function, activity) pair; both modes
+refuse the same constructs (a differentiable value escaping into unknown code,
+float data stored where no shadow follows it) with the same messages, and call
+a callee's derivative when a call carries derivatives.
+"""
+from __future__ import annotations
+
+from . import rules
+from .analysis import Activity, ControlFlow
+from .errors import UnsupportedError
+from .ir import contains_float, is_float_type
+from .memory import explain
+
+
+class DerivativeGenerator:
+    """Base of ``ReverseGenerator`` and ``ForwardGenerator``."""
+
+    # Forward mode gives allocas anywhere a shadow alloca beside them.
+    entry_allocas_only = True
+
+    def __init__(self, builder, deriv, describe):
+        self.builder = builder
+        self.d = deriv
+        self.fn = deriv.fn
+        self.describe = describe      # (function name, instruction) -> " in function 'f' ..."
+        self.cfg = ControlFlow(self.fn)
+        self.act = Activity(self.fn, deriv.activity, builder.call_propagates)
+        self.calls = {}               # id(call instruction) -> callee derivative
+
+    def _where(self, ins) -> str:
+        return self.describe(self.fn.name, ins)
+
+    def _check_unsupported(self):
+        for b in self.fn.blocks:
+            for ins in b.instructions:
+                if ins.opcode == "alloca" and ins.name in self.act.shadowed \
+                        and b is not self.fn.entry and self.entry_allocas_only:
+                    raise UnsupportedError(
+                        f"alloca of float memory outside the entry block{self._where(ins)}")
+                if ins.opcode == "store" and self.act.is_varied(ins.operands[0]) \
+                        and not self.act.is_shadowed(ins.operands[1]):
+                    raise UnsupportedError(
+                        f"a value that depends on the differentiated inputs is stored to "
+                        f"memory without a shadow (`{ins.text}`){self._where(ins)}: pass "
+                        f"the array it writes as Duplicated(array, zero shadow), not Const")
+                if ins.opcode == "call" and self._escapes(ins):
+                    what = (f"'{ins.callee}', which enzpy cannot differentiate" if ins.callee
+                            else "an indirect call (indirect call with active arguments)")
+                    raise UnsupportedError(
+                        f"a value that depends on the differentiated inputs flows into "
+                        f"{what}{self._where(ins)}{explain(ins.callee)}")
+                if ins.opcode == "call" and not self._is_derivative_call(ins) \
+                        and not rules.INACTIVE_CALLS.match(ins.callee) \
+                        and not rules.MEMORY_CALLS.match(ins.callee) \
+                        and any(self.act.is_shadowed(a) for a in ins.args):
+                    raise UnsupportedError(
+                        f"call to '{ins.callee or 'an indirect function'}' with "
+                        f"differentiable memory{self._where(ins)}{explain(ins.callee)}")
+
+    def _escapes(self, ins) -> bool:
+        """A call outside enzpy's knowledge receiving a varied float (e.g. boxing
+        it into a Python object in an objmode block): its derivative would be lost."""
+        if self.builder.differentiable_callee(ins.callee) or rules.has_rule(ins.callee) \
+                or rules.INACTIVE_CALLS.match(ins.callee) or rules.MEMORY_CALLS.match(ins.callee):
+            return False
+        return any(self.act.is_varied(a) and contains_float(a.type) for a in ins.args)
+
+    def _is_derivative_call(self, ins) -> bool:
+        """A call to a Numba function that must be differentiated itself."""
+        return ins.opcode == "call" and self.builder.differentiable_callee(ins.callee) and any(
+            self.act.is_shadowed(a) or self.act.is_active(a) for a in ins.args)
+
+    def _callee_activity(self, ins):
+        return tuple("dup" if self.act.is_shadowed(a) else
+                     "active" if self.act.is_active(a) and is_float_type(a.type) else "const"
+                     for a in ins.args)
+
+    def _callee(self, ins):
+        key = id(ins)
+        if key not in self.calls:
+            self.calls[key] = self.builder.derivative(ins.callee, self._callee_activity(ins))
+        return self.calls[key]
