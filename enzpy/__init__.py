@@ -8,6 +8,7 @@ from .api import (Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse
 from .check import GradientCheck, check_gradient, gradient
 from .errors import UnsupportedError
 from .higher import hessian, hvp, jacobian
+from . import jitted  # noqa: F401  (autodiff inside @njit code)
 
 __all__ = ["autodiff", "Reverse", "ReverseWithPrimal", "Forward", "ForwardWithPrimal",
            "Active", "Const", "Duplicated", "UnsupportedError", "cache_info",

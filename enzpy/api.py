@@ -260,7 +260,7 @@ def autodiff(mode, f, *args):
     if entry is None:
         annotated = [_annotate(a) for a in args]
         _check_args(disp, annotated, mode)
-        entry = _build(disp, annotated, key, mode)
+        entry = _build(disp, _typed(annotated), key, mode)
     else:
         STATS.hits += 1
         if entry.shadow_positions:
@@ -337,13 +337,20 @@ def _generate(builder, symbol, activity, name):
         raise UnsupportedError(f"differentiating '{name}': {exc}") from None
 
 
-def _build(disp, annotated, key, mode) -> _Entry:
+def _typed(annotated) -> list:
+    """(annotation class, Numba type of the value, Numba type of the shadow or None)."""
+    return [(type(a), numba.typeof(a.val),
+             numba.typeof(a.dval) if type(a) is Duplicated else None) for a in annotated]
+
+
+def _build(disp, signature, key, mode) -> _Entry:
+    """The derivative of ``disp`` for ``signature`` (see ``_typed``) in ``mode``."""
     with _build_lock, global_compiler_lock:
         if key in _entries:             # another thread built it meanwhile
             STATS.hits += 1
             return _entries[key]
         STATS.misses += 1
-        argtypes = tuple(numba.typeof(a.val) for a in annotated)
+        argtypes = tuple(ty for _, ty, _ in signature)
         report = BuildReport(disp.py_func.__qualname__, str(argtypes))
         watch = _Stopwatch(report)
         primal = _lower(watch, disp, argtypes)
@@ -352,8 +359,8 @@ def _build(disp, annotated, key, mode) -> _Entry:
         ctx = cpu_target.target_context
         restype = low.restype
         returns_derivative = isinstance(restype, (types.Float, types.Array))
-        activity, shadow_types = _activity(ctx, annotated, argtypes, returns_derivative)
-        shadows = [i for i, a in enumerate(annotated) if isinstance(a, Duplicated)]
+        activity, shadow_types = _activity(ctx, signature, returns_derivative)
+        shadows = [i for i, (kind, _, _) in enumerate(signature) if kind is Duplicated]
         if mode.reverse:
             builder, entry_name, text = _reverse_module(
                 watch, primal, low.symbol, activity, shadow_types, restype)
@@ -366,17 +373,17 @@ def _build(disp, annotated, key, mode) -> _Entry:
                 entry_name = f"enzpy.entry.{next(backend._ids)}.{low.symbol}"
                 text = builder.module_text(forward_entry_function(
                     entry_name, root, _return_slot_type(ctx, restype), returns_derivative,
-                    *_tangent_params(ctx, annotated, argtypes)))
+                    *_tangent_params(ctx, signature)))
             alias_checks = []
         _dump(disp, "derivative", text)
         report.derivative_functions = len(builder.derivatives)
         report.module_bytes = len(text)
         library, address = _compile(watch, text, entry_name, builder, primal.model)
         with watch.stage("wrap"):
-            adjoint_types = [ty for a, ty in zip(annotated, argtypes) if isinstance(a, Active)]
+            adjoint_types = [ty for kind, ty, _ in signature if kind is Active]
             call = backend.numba_entry(address, argtypes + tuple(shadow_types), adjoint_types,
                                        restype, tangent=not mode.reverse and returns_derivative)
-        positions = [i for i, a in enumerate(annotated) if isinstance(a, Active)]
+        positions = [i for i, (kind, _, _) in enumerate(signature) if kind is Active]
         entry = _Entry(call, positions, shadows, report, alias_checks, library)
         entry.returns_tangent = returns_derivative
         _entries[key] = entry
@@ -435,8 +442,8 @@ def _build_hvp(disp, x, consts, key) -> _Entry:
             raise TypeError(f"hvp: '{low.name}' returns {low.restype}; it needs a function "
                             f"returning a float scalar")
         scalar = isinstance(argtypes[0], types.Float)
-        first = [Duplicated(x, x)] + [Const(c) for c in consts]
-        activity, _ = _activity(ctx, first, argtypes, True)
+        first = _typed([Duplicated(x, x)] + [Const(c) for c in consts])
+        activity, _ = _activity(ctx, first, True)
         tx = argtypes[0]
         v_fields = ctx.get_arg_packer([tx]).argument_types
         v_params = [(str(t), f"v.{k}") for k, t in enumerate(v_fields)]
@@ -451,9 +458,10 @@ def _build_hvp(disp, x, consts, key) -> _Entry:
         _dump(disp, "tangent", text)
         with watch.stage("read_tangent_ir"):
             model = read_module_text(text)
-        second = [Active(x) if scalar else Duplicated(x, x)] + first[1:] + [Const(x)]
+        second = _typed([Active(x) if scalar else Duplicated(x, x)] +
+                        [Const(c) for c in consts] + [Const(x)])
         argtypes2 = argtypes + (tx,)
-        activity2, shadow_types = _activity(ctx, second, argtypes2, True)
+        activity2, shadow_types = _activity(ctx, second, True)
         builder, entry_name, text = _reverse_module(
             watch, _Primal(low, model, primal.lowered, primal.blocks), name, activity2,
             shadow_types, low.restype, name=low.name)
@@ -478,39 +486,39 @@ def _build_hvp(disp, x, consts, key) -> _Entry:
 _ARRAY_SHADOWED_FIELDS = (0, 4)
 
 
-def _activity(ctx, annotated, argtypes, return_active):
+def _activity(ctx, signature, return_active):
     """Activity of each LLVM parameter of the root function, and the shadow types
     (a Duplicated float scalar, in forward mode, is 'active': its tangent is a scalar)."""
     activity = ["dup" if return_active else "const", "const"]
     shadow_types = []
-    for a, ty in zip(annotated, argtypes):
+    for kind, ty, shadow_type in signature:
         width = len(ctx.get_arg_packer([ty]).argument_types)
-        if isinstance(a, Active):
+        if kind is Active:
             activity.append("active")
-        elif isinstance(a, Duplicated) and isinstance(ty, types.Float):
+        elif kind is Duplicated and isinstance(ty, types.Float):
             activity.append("active")
             shadow_types.append(ty)
-        elif isinstance(a, Duplicated):
+        elif kind is Duplicated:
             activity.extend("dup" if k in _ARRAY_SHADOWED_FIELDS else "const"
                             for k in range(width))
-            shadow_types.append(numba.typeof(a.dval))
+            shadow_types.append(shadow_type)
         else:
             activity.extend(["const"] * width)
     return activity, shadow_types
 
 
-def _tangent_params(ctx, annotated, argtypes):
+def _tangent_params(ctx, signature):
     """The extra parameters of a forward entry, as (LLVM type, name), and the
     names of those passed on as the root's tangents and shadows, in order."""
     params, passed = [], []
-    for j, (a, ty) in enumerate(zip(annotated, argtypes)):
-        if not isinstance(a, Duplicated):
+    for j, (kind, ty, shadow_type) in enumerate(signature):
+        if kind is not Duplicated:
             continue
         if isinstance(ty, types.Float):
             params.append((str(ctx.get_value_type(ty)), f"t{j}"))
             passed.append(f"t{j}")
         else:
-            fields = ctx.get_arg_packer([numba.typeof(a.dval)]).argument_types
+            fields = ctx.get_arg_packer([shadow_type]).argument_types
             params += [(str(t), f"t{j}.{k}") for k, t in enumerate(fields)]
             passed += [f"t{j}.{k}" for k in _ARRAY_SHADOWED_FIELDS]
     return params, passed

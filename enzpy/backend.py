@@ -85,8 +85,10 @@ def numba_entry(address: int, argtypes, adjoint_types, restype, tangent=False):
                                      [llir.PointerType(out_ty),
                                       llir.PointerType(llir.PointerType(excinfo_t))]
                                      + [a.type for a in flat])
-            fn = builder.inttoptr(llir.Constant(llir.IntType(64), address),
-                                  llir.PointerType(fnty))
+            # A dynamic address: Numba then refuses to cache code calling it
+            # (the address is only valid in this process).
+            fn = builder.bitcast(context.add_dynamic_addr(builder, address, "enzpy derivative"),
+                                 llir.PointerType(fnty))
             out = cgutils.alloca_once(builder, out_ty)
             excinfo = cgutils.alloca_once(builder, llir.PointerType(excinfo_t))
             code = builder.call(fn, [out, excinfo] + flat)

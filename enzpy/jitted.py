@@ -1,0 +1,159 @@
+"""``autodiff`` inside ``@njit`` code: Numba types for the modes and annotations.
+
+A call ``autodiff(Reverse, f, Active(x), Duplicated(a, da))`` in a jitted
+function is typed by an overload that builds the derivative when the caller
+is compiled (the same build, and the same cache, as from Python) and calls its
+entry point directly: a Newton iteration or an optimizer loop runs with no
+Python in it. Results have the shapes ``autodiff`` returns in Python.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import types
+from numba.core import cgutils
+from numba.core.imputils import lower_constant
+from numba.extending import (lower_builtin, make_attribute_wrapper, models,
+                             overload, register_model, type_callable, typeof_impl)
+
+from . import api
+from .api import Active, Const, Duplicated, Mode, autodiff
+from .cache import STATS
+
+
+class ModeType(types.Dummy):
+    def __init__(self, mode: Mode):
+        self.mode = mode
+        super().__init__(name=f"enzpy.{mode.name}")
+
+
+class AnnotationType(types.Type):
+    def __init__(self, kind, value, shadow=None):
+        self.kind, self.value, self.shadow = kind, value, shadow
+        extra = f", {shadow}" if shadow is not None else ""
+        super().__init__(name=f"enzpy.{kind.__name__}({value}{extra})")
+
+
+@typeof_impl.register(Mode)
+def _typeof_mode(mode, context):
+    return ModeType(mode)
+
+
+register_model(ModeType)(models.OpaqueModel)
+
+
+@lower_constant(ModeType)
+def _mode_constant(context, builder, ty, value):
+    return context.get_dummy_value()
+
+
+@register_model(AnnotationType)
+class _AnnotationModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        members = [("val", fe_type.value)]
+        if fe_type.shadow is not None:
+            members.append(("dval", fe_type.shadow))
+        super().__init__(dmm, fe_type, members)
+
+
+make_attribute_wrapper(AnnotationType, "val", "val")
+make_attribute_wrapper(AnnotationType, "dval", "dval")
+
+
+def _constructor(kind, arity):
+    @type_callable(kind)
+    def _type(context):
+        if arity == 1:
+            return lambda val: AnnotationType(kind, val)
+        return lambda val, dval: AnnotationType(kind, val, dval)
+
+    @lower_builtin(kind, *([types.Any] * arity))
+    def _lower(context, builder, sig, args):
+        made = cgutils.create_struct_proxy(sig.return_type)(context, builder)
+        for field, ty, value in zip(("val", "dval"), sig.args, args):
+            context.nrt.incref(builder, ty, value)     # the annotation holds a reference
+            setattr(made, field, value)
+        return made._getvalue()
+
+
+_constructor(Active, 1)
+_constructor(Const, 1)
+_constructor(Duplicated, 2)
+
+
+@overload(autodiff, jit_options={"nogil": False})
+def _autodiff_jitted(mode, f, *args):
+    if not isinstance(mode, ModeType):
+        raise TypeError("autodiff: the first argument must be a mode (Reverse, Forward, ...)")
+    if not isinstance(f, types.Dispatcher):
+        raise TypeError("autodiff inside @njit code needs f to be an @njit function")
+    mode, disp = mode.mode, f.dispatcher
+    signature = [(a.kind, a.value, a.shadow) if isinstance(a, AnnotationType) else
+                 (Const, a, None) for a in args]
+    _check_signature(disp, signature, mode)
+    key = ("njit", disp, mode.reverse, tuple(map(tuple, signature)))
+    entry = api._entries.get(key)
+    if entry is None:
+        entry = api._build(disp, signature, key, mode)
+    else:
+        STATS.hits += 1
+    return _implementation(entry, mode, signature,
+                           [isinstance(a, AnnotationType) for a in args])
+
+
+def _check_signature(disp, signature, mode):
+    """The checks ``autodiff`` makes in Python on values, made here on types."""
+    for i, (kind, ty, shadow) in enumerate(signature):
+        scalar = isinstance(ty, types.Float)
+        if kind is Active and (not mode.reverse or not scalar):
+            raise TypeError(f"argument {i}: Active expects a float scalar in reverse mode, "
+                            f"got {ty}" + ("" if mode.reverse else
+                                          "; forward mode takes Duplicated(x, dx)"))
+        if kind is Duplicated:
+            if scalar and not mode.reverse:
+                if not isinstance(shadow, (types.Float, types.Integer)):
+                    raise TypeError(f"argument {i}: the tangent of a float scalar must be "
+                                    f"a float, got {shadow}")
+                continue
+            if not (isinstance(ty, types.Array) and isinstance(ty.dtype, types.Float)):
+                raise TypeError(f"argument {i}: Duplicated expects a float array, got {ty}")
+            if not isinstance(shadow, types.Array) or shadow.dtype != ty.dtype or \
+                    shadow.ndim != ty.ndim:
+                raise TypeError(f"argument {i}: the shadow {shadow} does not fit {ty}")
+
+
+def _implementation(entry, mode, signature, annotated):
+    """The jitted body: checks, the call, the results in autodiff's shapes."""
+    n = len(signature)
+    values = [f"args[{i}].val" if annotated[i] else f"args[{i}]" for i in range(n)]
+    lines = ["def impl(mode, f, *args):"]
+    for i, (kind, ty, _) in enumerate(signature):
+        if kind is Duplicated and isinstance(ty, types.Array):
+            lines += [
+                f"    if {values[i]}.shape != args[{i}].dval.shape:",
+                f"        raise ValueError('argument {i}: the shadow\\'s shape does not fit "
+                f"the array\\'s shape')",
+                f"    if {values[i]}.strides != args[{i}].dval.strides:",
+                f"        raise ValueError('argument {i}: the shadow\\'s layout (strides) "
+                f"does not fit the array\\'s layout')"]
+    for written, reread in entry.alias_checks:
+        lines += [f"    if np.shares_memory({values[written]}, {values[reread]}):",
+                  f"        raise ValueError('arguments {written} and {reread} share memory: "
+                  f"the function writes argument {written}, and the derivative reads "
+                  f"argument {reread} again during the reverse sweep')"]
+    shadows = [f"args[{i}].dval" for i in entry.shadow_positions]
+    lines.append(f"    out = call({', '.join(values + shadows)})")
+    if mode.reverse:
+        grads = ["None"] * n
+        for k, pos in enumerate(entry.active_positions):
+            grads[pos] = f"out[{k}]"
+        grads = f"({', '.join(grads)},)"
+        primal = f"out[{len(entry.active_positions)}]"
+        lines.append(f"    return ({grads}, {primal})" if mode.with_primal
+                     else f"    return ({grads},)")
+    else:
+        tangent = "out[0]" if entry.returns_tangent else "None"
+        lines.append(f"    return ({tangent}, out[-2])" if mode.with_primal
+                     else f"    return ({tangent},)")
+    namespace = {"call": entry.call, "np": np}
+    exec("\n".join(lines), namespace)
+    return namespace["impl"]
