@@ -94,6 +94,13 @@ class ModuleBuilder:
 
     def data_pointer_type(self, symbol, index):
         """The float element type of parameter ``index`` of ``symbol``, if an array's data."""
+        tangent = _TANGENT_NAME.match(symbol)
+        if tangent and tangent.group(1) in self.module.functions:
+            # A tangent function: its parameters (and the tangents of them) are the primal's.
+            name = self.module.functions[symbol].args[index].name
+            name = name[len("~t."):] if name.startswith("~t.") else name
+            symbol = tangent.group(1)
+            index = [a.name for a in self.module.functions[symbol].args].index(name)
         low = self.lowered.get(symbol)
         if low is None:
             return None

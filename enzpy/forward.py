@@ -155,7 +155,10 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
             return e.define(ty, self._shadow_text(ins, lambda v: v, d))
         if op == "alloca":
             shadow = e.define("ptr", f"alloca {ins.source_type}, align 16")
-            e.emit(f"store {ins.source_type} zeroinitializer, ptr {shadow.ref}")
+            end = e.define("ptr", f"getelementptr {ins.source_type}, ptr null, i32 1")
+            size = e.define("i64", f"ptrtoint ptr {end.ref} to i64")
+            e.emit(f"call void @llvm.memset.p0.i64(ptr {shadow.ref}, i8 0, i64 {size.ref}, "
+                   f"i1 false)")
             return shadow
         if ins.callee in ALLOCATORS:
             shadow = e.call(ins.callee, "ptr", ins.args)
@@ -206,8 +209,7 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
         elif callee.startswith("llvm.memset"):
             dst = ins.args[0]
             if self.act.is_shadowed(dst):
-                e.call(f"enzpy.fwd.zero.{self._element(ins)}", "void",
-                       [self.derivative(dst), ins.args[2]])
+                e.call("enzpy.fwd.zero", "void", [self.derivative(dst), ins.args[2]])
         elif callee.startswith(("llvm.memcpy", "llvm.memmove")):
             dst, src = ins.args[:2]
             if self.act.is_shadowed(dst) or self.act.is_shadowed(src):
@@ -245,7 +247,7 @@ check:
   %backward = icmp ugt ptr %dst, %src
   br i1 %src_null, label %zero, label %direction
 zero:
-  call void @enzpy.fwd.zero.{ty}(ptr %dst, i64 %n)
+  call void @enzpy.fwd.zero(ptr %dst, i64 %n)
   br label %exit
 direction:
   br i1 %backward, label %down, label %up
@@ -275,24 +277,6 @@ exit:
   ret void
 }}
 
-; dst' = 0 over n bytes of {ty}s (nothing when dst' is null).
-define internal void @enzpy.fwd.zero.{ty}(ptr %dst, i64 %n) {{
-entry:
-  %count = udiv i64 %n, {size}
-  %null = icmp eq ptr %dst, null
-  br i1 %null, label %exit, label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %body ]
-  %done = icmp uge i64 %i, %count
-  br i1 %done, label %exit, label %body
-body:
-  %p = getelementptr {ty}, ptr %dst, i64 %i
-  store {ty} {"null" if ty == "ptr" else "0.0"}, ptr %p
-  %next = add i64 %i, 1
-  br label %loop
-exit:
-  ret void
-}}
 """
 
 
@@ -326,10 +310,23 @@ exit:
 
 # Plain functions (no tape, no runtime of reverse mode): a module of tangent
 # functions stays something reverse mode can differentiate.
+_ZERO = """
+; dst' = 0 over n bytes (nothing when dst' is null).
+define internal void @enzpy.fwd.zero(ptr %dst, i64 %n) {
+entry:
+  %null = icmp eq ptr %dst, null
+  br i1 %null, label %exit, label %zero
+zero:
+  call void @llvm.memset.p0.i64(ptr %dst, i8 0, i64 %n, i1 false)
+  br label %exit
+exit:
+  ret void
+}
+"""
+
 FORWARD_RUNTIME = (
     f"@{SINK_READ} = internal constant [1024 x i8] zeroinitializer, align 64\n"
     f"@{SINK_WRITE} = internal global [1024 x i8] zeroinitializer, align 64\n"
-    + _copy("double", 8) + _copy("float", 4) + _copy("ptr", 8) + _dot("double") + _dot("float"))
-FORWARD_RUNTIME_FUNCTIONS = {f"enzpy.fwd.{op}.{ty}" for op in ("copy", "zero")
-                             for ty in ("double", "float", "ptr")} | {
-    "enzpy.fwd.dot.double", "enzpy.fwd.dot.float"}
+    + _ZERO + _copy("double", 8) + _copy("float", 4) + _copy("ptr", 8) + _dot("double") + _dot("float"))
+FORWARD_RUNTIME_FUNCTIONS = {f"enzpy.fwd.copy.{ty}" for ty in ("double", "float", "ptr")} | {
+    "enzpy.fwd.zero", "enzpy.fwd.dot.double", "enzpy.fwd.dot.float"}

@@ -1,0 +1,187 @@
+"""Build time of second derivatives (``enzpy.hvp``) next to the first-order build.
+
+For the seed's tree evaluator (``examples/dynamic_expressions.py``) at fuse
+level 2 with 2+2, 4+4 and 8+8 operators (and fuse level 1 for reference), and
+for the scan (``examples/scan.py``), each configuration in its own process:
+
+* Numba's compile of the primal (a scalar loss ``value(X, *tree)`` around the
+  evaluator's ``loss``),
+* enzpy's first-order build (``autodiff(Reverse, value, Duplicated(X, dX), ...)``),
+* enzpy's ``hvp`` build (reverse over forward), its stages, and the ratio to
+  the first-order build (goal: <= 3),
+* a check of the Hessian-vector product against central differences of the
+  reverse-mode gradient.
+
+    python scripts/bench_hvp.py [--configs 2:2,4:2,8:2,2:1] [--budget 900] [--out docs]
+
+Prints a table and writes ``<out>/hvp.csv`` and ``<out>/hvp.md``. Build times
+exclude Numba's compile (``BuildReport.total``). A configuration that exceeds
+its budget (seconds, per process) is reported as such.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+
+GOAL_RATIO = 3.0
+N_FEATURES = 5
+
+
+def _fd_error(hv, grad, x, v, eps=1e-5):
+    fd = (grad(x + eps * v) - grad(x - eps * v)) / (2 * eps)
+    scale = max(1.0, float(np.abs(fd).max()))
+    return float(np.abs(hv - fd).max() / scale)
+
+
+def tree_worker(k, fuse):
+    import dynamic_expressions as de
+    from numba import njit
+
+    import enzpy
+    from enzpy import Const, Duplicated, Reverse, autodiff
+
+    ops = de.operator_set(k)
+    X = np.random.default_rng(2024).standard_normal((N_FEATURES, 100))
+    tree, _ = de.pick_tree(30, N_FEATURES, ops, X)
+    loss = de.build_evaluator(k, fuse).loss
+
+    @njit
+    def value(X, degree, constant, val, feature, op, left, right):
+        out = np.zeros(1)
+        loss(degree, constant, val, feature, op, left, right, X, out)
+        return out[0]
+
+    t = time.perf_counter()
+    value(X, *tree)
+    numba_s = time.perf_counter() - t
+
+    def grad(x):
+        dx = np.zeros_like(x)
+        autodiff(Reverse, value, Duplicated(x, dx), *map(Const, tree))
+        return dx
+
+    grad(X)
+    first = enzpy.build_report(value)[-1]
+    V = np.random.default_rng(1).standard_normal(X.shape)
+    hv = enzpy.hvp(value, X, V, *tree)
+    second = enzpy.build_report(value)[-1]
+    return dict(config=f"tree {k}+{k} fuse {fuse}", numba_s=numba_s, first_s=first.total,
+                hvp_s=second.total, first_instructions=first.primal_instructions,
+                stages=second.timings, fd_rel_err=_fd_error(hv, grad, X, V))
+
+
+def scan_worker():
+    import scan as scan_example
+
+    import enzpy
+    from enzpy import Const, Duplicated, Reverse, autodiff
+
+    f = scan_example.scan_loss
+    s0 = np.array([1.0, 1.3])
+    ys = np.ones(80)
+    t = time.perf_counter()
+    f(s0, ys)
+    numba_s = time.perf_counter() - t
+
+    def grad(x):
+        dx = np.zeros_like(x)
+        autodiff(Reverse, f, Duplicated(x, dx), Const(ys))
+        return dx
+
+    grad(s0)
+    first = enzpy.build_report(f)[-1]
+    v = np.array([0.3, -0.7])
+    hv = enzpy.hvp(f, s0, v, ys)
+    second = enzpy.build_report(f)[-1]
+    return dict(config="scan T=80", numba_s=numba_s, first_s=first.total, hvp_s=second.total,
+                first_instructions=first.primal_instructions, stages=second.timings,
+                fd_rel_err=_fd_error(hv, grad, s0, v))
+
+
+def run_config(config, budget):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", config]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=budget)
+    except subprocess.TimeoutExpired:
+        return dict(config=config, error=f"over the {budget:.0f} s budget")
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    return dict(config=config, error=(done.stderr.strip().splitlines() or ["failed"])[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", default="scan,2:1,2:2,4:2,8:2",
+                        help="comma-separated: 'scan' or k:fuse")
+    parser.add_argument("--budget", type=float, default=900.0)
+    parser.add_argument("--out", default=os.path.join(HERE, "..", "docs"))
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        if args.worker == "scan":
+            result = scan_worker()
+        else:
+            k, fuse = map(int, args.worker.split(":"))
+            result = tree_worker(k, fuse)
+        print("RESULT " + json.dumps(result), flush=True)
+        return
+
+    rows = []
+    header = (f"{'configuration':<20} {'numba s':>9} {'1st order s':>12} {'hvp s':>9} "
+              f"{'ratio':>7} {'goal':>6} {'hvp vs FD':>10}")
+    print(header)
+    for config in args.configs.split(","):
+        r = run_config(config, args.budget)
+        rows.append(r)
+        if "error" in r:
+            print(f"{r['config']:<20} {r['error']}")
+            continue
+        r["ratio"] = r["hvp_s"] / r["first_s"]
+        r["goal_met"] = r["ratio"] <= GOAL_RATIO
+        print(f"{r['config']:<20} {r['numba_s']:9.2f} {r['first_s']:12.2f} {r['hvp_s']:9.2f} "
+              f"{r['ratio']:7.2f} {'met' if r['goal_met'] else 'MISSED':>6} "
+              f"{r['fd_rel_err']:10.1e}", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    fields = ["config", "numba_s", "first_s", "hvp_s", "ratio", "goal_met", "fd_rel_err",
+              "first_instructions", "error"]
+    with open(os.path.join(args.out, "hvp.csv"), "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    with open(os.path.join(args.out, "hvp.md"), "w") as fh:
+        fh.write("# hvp build time (reverse over forward) vs first-order build\n\n"
+                 "Written by `python scripts/bench_hvp.py`; seconds of enzpy's build "
+                 "(Numba's compile excluded), goal: hvp <= 3x first order.\n\n"
+                 "| configuration | Numba compile s | first order s | hvp s | ratio | goal "
+                 "| hvp vs FD of gradient |\n|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            if "error" in r:
+                fh.write(f"| {r['config']} | {r['error']} | | | | | |\n")
+            else:
+                fh.write(f"| {r['config']} | {r['numba_s']:.2f} | {r['first_s']:.2f} | "
+                         f"{r['hvp_s']:.2f} | {r['ratio']:.2f} | "
+                         f"{'met' if r['goal_met'] else 'MISSED'} | {r['fd_rel_err']:.1e} |\n")
+        stages = [r for r in rows if "stages" in r]
+        if stages:
+            fh.write("\nStages of the hvp build (seconds):\n\n")
+            names = list(stages[0]["stages"])
+            fh.write("| configuration | " + " | ".join(names) + " |\n|---|"
+                     + "---|" * len(names) + "\n")
+            for r in stages:
+                fh.write(f"| {r['config']} | " + " | ".join(
+                    f"{r['stages'].get(n, 0.0):.2f}" for n in names) + " |\n")
+
+
+if __name__ == "__main__":
+    main()
