@@ -1,0 +1,180 @@
+"""``autodiff`` called from inside ``@njit`` code (Reverse and Forward modes)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from numba import njit
+
+from enzpy import (Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse,
+                   ReverseWithPrimal, autodiff)
+
+
+@njit
+def residual(x, c):
+    return math.exp(x) - c * x * x
+
+
+@njit
+def residual_slope(x, c):
+    return math.exp(x) - 2.0 * c * x
+
+
+@njit
+def newton_reverse(x, c, steps):
+    for _ in range(steps):
+        (dx, dc), = autodiff(Reverse, residual, Active(x), Const(c))
+        x = x - residual(x, c) / dx
+    return x
+
+
+@njit
+def newton_forward(x, c, steps):
+    for _ in range(steps):
+        (t,) = autodiff(Forward, residual, Duplicated(x, 1.0), c)
+        x = x - residual(x, c) / t
+    return x
+
+
+@njit
+def newton_second_order(x, c, steps):
+    """Minimise residual: Newton on its slope, the second derivative by forward mode."""
+    for _ in range(steps):
+        (g, _), = autodiff(Reverse, residual, Active(x), Const(c))
+        (h,) = autodiff(Forward, residual_slope, Duplicated(x, 1.0), Const(c))
+        x = x - g / h
+    return x
+
+
+@pytest.mark.parametrize("solver", [newton_reverse, newton_forward])
+def test_newton_solver_without_python_in_the_loop(solver):
+    root = solver(1.0, 2.0, 40)
+    expected = 1.0
+    for _ in range(40):           # the same iteration with the analytic derivative
+        expected -= residual.py_func(expected, 2.0) / (math.exp(expected) - 4.0 * expected)
+    assert abs(residual.py_func(root, 2.0)) < 1e-12
+    assert root == pytest.approx(expected, rel=1e-14)
+
+
+def test_second_derivative_from_forward_mode_inside_njit():
+    c = 2.0
+    x = newton_second_order(2.0, c, 50)
+    assert abs(math.exp(x) - 2.0 * c * x) < 1e-10       # the slope vanishes there
+
+
+@njit
+def least_squares(w, X, y):
+    s = 0.0
+    for i in range(X.shape[0]):
+        r = w[0] * X[i] + w[1] - y[i]
+        s += r * r
+    return s
+
+
+@njit
+def fit(w, X, y, steps, rate):
+    g = np.zeros_like(w)
+    for _ in range(steps):
+        g[:] = 0.0
+        autodiff(Reverse, least_squares, Duplicated(w, g), X, Const(y))
+        w -= rate * g / X.shape[0]
+    return w
+
+
+def test_gradient_descent_with_duplicated_arrays():
+    X = np.linspace(0.0, 1.0, 20)
+    y = 3.0 * X - 0.5
+    w = fit(np.zeros(2), X, y, 5000, 0.5)
+    np.testing.assert_allclose(w, [3.0, -0.5], atol=1e-8)
+
+
+def test_same_gradient_as_from_python():
+    X = np.linspace(-1.0, 2.0, 7)
+    y = np.sin(X)
+    w = np.array([0.3, -0.2])
+
+    @njit
+    def grad_in_njit(w, X, y):
+        g = np.zeros_like(w)
+        autodiff(Reverse, least_squares, Duplicated(w, g), Const(X), Const(y))
+        return g
+
+    g = np.zeros(2)
+    autodiff(Reverse, least_squares, Duplicated(w, g), Const(X), Const(y))
+    np.testing.assert_array_equal(grad_in_njit(w, X, y), g)
+
+
+@njit
+def with_primals(x, a, da, v):
+    (dx, _), y = autodiff(ReverseWithPrimal, weighted, Active(x), Duplicated(a, da))
+    t, y2 = autodiff(ForwardWithPrimal, weighted, Duplicated(x, 1.0), Duplicated(a, v))
+    return dx, y, t, y2
+
+
+@njit
+def weighted(x, a):
+    s = 0.0
+    for i in range(a.shape[0]):
+        s += math.sin(x * a[i])
+    return s
+
+
+def test_with_primal_modes_and_result_shapes():
+    a = np.array([0.5, -1.0, 2.0])
+    da = np.zeros(3)
+    v = np.array([0.1, 0.2, -0.3])
+    x = 0.7
+    dx, y, t, y2 = with_primals(x, a, da, v)
+    assert y == pytest.approx(weighted.py_func(x, a)) and y2 == pytest.approx(y)
+    assert dx == pytest.approx(np.sum(a * np.cos(x * a)))
+    np.testing.assert_allclose(da, x * np.cos(x * a))
+    assert t == pytest.approx(np.sum(a * np.cos(x * a)) + np.sum(x * v * np.cos(x * a)))
+
+
+@njit
+def depth(x, n):
+    if n == 0:
+        return x
+    return math.sin(depth(x, n - 1)) + 0.5 * x
+
+
+@njit
+def recursive_gradient(x, n):
+    (dx, _), = autodiff(Reverse, depth, Active(x), Const(n))
+    return dx
+
+
+@pytest.mark.parametrize("n", [0, 1, 12])
+def test_recursive_function_inside_njit(n):
+    h = 1e-6
+    fd = (depth.py_func(0.4 + h, n) - depth.py_func(0.4 - h, n)) / (2 * h)
+    assert recursive_gradient(0.4, n) == pytest.approx(fd, rel=1e-6, abs=1e-9)
+
+
+def test_shadow_shape_mismatch_raises_inside_njit():
+    @njit
+    def bad(w, g):
+        autodiff(Reverse, least_squares, Duplicated(w, g), Const(w), Const(w))
+        return g
+
+    with pytest.raises(ValueError, match="shape"):
+        bad(np.zeros(2), np.zeros(3))
+
+
+def test_active_on_array_is_refused_when_compiling():
+    @njit
+    def bad(w):
+        return autodiff(Reverse, least_squares, Active(w), Const(w), Const(w))
+
+    with pytest.raises(Exception, match="Active expects a float scalar"):
+        bad(np.zeros(2))
+
+
+def test_active_in_forward_mode_is_refused_when_compiling():
+    @njit
+    def bad(x):
+        return autodiff(Forward, residual, Active(x), Const(1.0))
+
+    with pytest.raises(Exception, match="Duplicated"):
+        bad(1.0)
