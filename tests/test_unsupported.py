@@ -12,7 +12,7 @@ Sections:
 * ``NUMBA_IMPLEMENTATIONS``: NumPy functions whose Numba implementation calls
   LAPACK/BLAS or runtime helpers enzpy has no derivative for; the message
   names the user's function ("differentiating 'f': ...") and the helper.
-* Forward modes.
+* The same corpus in forward mode.
 * Numba's own ``TypingError`` for code Numba cannot compile passes through
   enzpy unchanged (it already names the function, the line and the reason).
 * Candidates from the same list that enzpy does differentiate (strings,
@@ -212,11 +212,6 @@ def unsup_jitclass(x):
 
 
 @njit
-def unsup_forward(x):
-    return x * x
-
-
-@njit
 def unsup_objmode(x):
     with numba.objmode(y="float64"):
         y = x * 2.0
@@ -310,10 +305,23 @@ def test_refused(f, make_args, exc, name, needles):
         assert needle in msg, msg
 
 
-@pytest.mark.parametrize("mode", [enzpy.Forward, enzpy.ForwardWithPrimal], ids=repr)
-def test_forward_mode_refused(mode):
-    with pytest.raises(UnsupportedError, match=f"^{mode!r} mode is not implemented"):
-        autodiff(mode, unsup_forward, Active(1.5))
+def _forward_args(args):
+    """The same arguments for forward mode: an Active scalar becomes Duplicated(x, 1)."""
+    return [Duplicated(a.val, type(a.val)(1.0)) if isinstance(a, Active) else a for a in args]
+
+
+# Refused in reverse mode only: forward mode returns a float array's tangent.
+FORWARD_ACCEPTS = {"returns_array"}
+
+
+@pytest.mark.parametrize("f, make_args, exc, name, needles",
+                         [c[1:] for c in CORPUS if c[0] not in FORWARD_ACCEPTS],
+                         ids=[c[0] for c in CORPUS if c[0] not in FORWARD_ACCEPTS])
+def test_refused_in_forward_mode_too(f, make_args, exc, name, needles):
+    with pytest.raises(exc) as info:
+        autodiff(enzpy.Forward, f, *_forward_args(make_args()))
+    msg = str(info.value)
+    assert re.search(r"['.]" + re.escape(name) + "'", msg), msg
 
 
 def test_refusal_leaves_shadows_untouched_and_later_calls_work():
