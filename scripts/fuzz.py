@@ -19,9 +19,11 @@ stencils, slices, ``.sum()`` and ``np.dot``.
 
 ``f`` is jitted with ``numba.njit`` and checked with ``enzpy.check_gradient``
 at a few random points, and the primal enzpy computes (``ReverseWithPrimal``)
-is compared with the plain call. A point is *rejected* (not counted as a test)
-where the finite difference means nothing: an instrumented pure-Python copy of
-the program (made from the same source with ``ast``: every comparison, ``abs``,
+is compared with the plain call; forward mode's tangent along a random
+direction is compared with the gradient dotted with it. A point is *rejected*
+(not counted as a test) where the finite difference means nothing: an
+instrumented pure-Python copy of the program (made from the same source with
+``ast``: every comparison, ``abs``,
 ``max``/``min``, divisor and assigned value goes through a recorder) is run at
 the point and at every finite-difference point; the point is rejected when a
 comparison is within 1e-4 of flipping, the branch trace changes under the
@@ -899,6 +901,8 @@ def run_program(prog, rtol=1e-4, verbose=False):
                                f"{others[1e-5].finite_differences[bad]!r} (1e-5) ({check})")
                 continue
             problem = _check_primal(enzpy, f, prog, point)
+            if problem is None:
+                problem = _check_forward(enzpy, f, prog, point, check)
             if problem is None and prog.layout_check:
                 problem = _check_layout(enzpy, f, prog, point, check)
             if problem is not None:
@@ -938,6 +942,35 @@ def _check_primal(enzpy, f, prog, point):
         if kind == "dup" and not _close(arg.val, plain, 1e-9, 1e-12):
             return (f"WRONG ARRAY AFTER THE CALL: {name} is {arg.val!r} after autodiff, "
                     f"{plain!r} after f")
+    return None
+
+
+def _check_forward(enzpy, f, prog, point, check):
+    """Forward mode along a random direction against the reverse-mode gradient:
+    the tangent of the objective (the return plus seed . array after the call)
+    must equal the gradient dotted with the direction."""
+    rng = np.random.default_rng(len(prog.source))
+    args, expected, terms = [], 0.0, 0.0
+    for pos, ((name, kind), arg) in enumerate(zip(prog.params, prog.arg_spec(point))):
+        if kind == "active":
+            direction = float(rng.standard_normal())
+            args.append(enzpy.Duplicated(arg.val, direction))
+        elif kind == "dup":
+            direction = rng.standard_normal(arg.val.shape)
+            args.append(enzpy.Duplicated(arg.val, direction.copy()))
+        else:
+            args.append(arg)
+            continue
+        product = np.sum(np.asarray(check.enzpy[pos]) * direction)
+        expected += product
+        terms += float(np.sum(np.abs(np.asarray(check.enzpy[pos]) * direction)))
+    (tangent,) = enzpy.autodiff(enzpy.Forward, f, *args)
+    got = 0.0 if tangent is None else tangent
+    for (name, kind), arg in zip(prog.params, args):
+        if kind == "dup":
+            got += float(np.sum(prog.seeds[name] * arg.dval))
+    if not abs(got - expected) <= 1e-7 * max(1.0, terms):
+        return f"WRONG FORWARD MODE: tangent {got!r}, gradient . direction {expected!r}"
     return None
 
 
