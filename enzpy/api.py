@@ -266,12 +266,7 @@ def autodiff(mode, f, *args):
         if entry.shadow_positions:
             _check_shadows(args)
     values = [a.val if type(a) in _ANNOTATIONS else a for a in args]
-    for written, reread in entry.alias_checks:
-        if np.may_share_memory(values[written], values[reread]):
-            raise ValueError(
-                f"arguments {written} and {reread} share memory: the function writes "
-                f"argument {written}, and the derivative reads argument {reread} again "
-                f"during the reverse sweep; pass distinct arrays")
+    _check_aliases(entry, values)
     values += [args[i].dval for i in entry.shadow_positions]
     out = entry.call(*values)
     if not mode.reverse:
@@ -286,6 +281,15 @@ def autodiff(mode, f, *args):
         grads[pos] = value
     grads = tuple(grads)
     return (grads, out[n]) if mode.with_primal else (grads,)
+
+
+def _check_aliases(entry, values):
+    for written, reread in entry.alias_checks:
+        if np.may_share_memory(values[written], values[reread]):
+            raise ValueError(
+                f"arguments {written} and {reread} share memory: the function writes "
+                f"argument {written}, and the derivative reads argument {reread} again "
+                f"during the reverse sweep; pass distinct arrays")
 
 
 @dataclass
@@ -472,8 +476,8 @@ def _build_hvp(disp, x, consts, key) -> _Entry:
         with watch.stage("wrap"):
             call = backend.numba_entry(address, argtypes2 + tuple(shadow_types),
                                        [tx] if scalar else [], low.restype)
-        entry = _Entry(call, [0] if scalar else [], [0] if not scalar else [], report, [],
-                       library)
+        entry = _Entry(call, [0] if scalar else [], [0] if not scalar else [], report,
+                       _alias_checks(ctx, builder.readonly, name, argtypes2), library)
         entry.returns_tangent = False
         _entries[key] = entry
         _reports.setdefault(disp.py_func, []).append(report)

@@ -6,9 +6,12 @@ once per basis vector; ``jacobian`` runs forward mode once per basis vector.
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
+from numba import types
 
-from .api import (_ANNOTATIONS, Annotation, Const, Duplicated, Forward, _build_hvp, autodiff,
+from .api import (_ANNOTATIONS, Annotation, Const, Duplicated, Forward, _build_hvp,
+                  _check_aliases, autodiff,
                   _dispatcher, _entries, _is_float_scalar, _signature_key)
 from .cache import STATS
 
@@ -55,6 +58,7 @@ def hvp(f, x, v, *args):
         entry = _build_hvp(disp, x, consts, key)
     else:
         STATS.hits += 1
+    _check_aliases(entry, (x, *consts, v))
     if isinstance(x, np.ndarray):
         hv = np.zeros_like(x)
         entry.call(x, *consts, v, hv)
@@ -68,61 +72,60 @@ def hessian(f, x, *args):
     x = _point(x, "hessian")
     if not isinstance(x, np.ndarray):
         return hvp(f, x, type(x)(1.0), *args)
-    n = x.size
-    columns = np.empty((n, n), dtype=x.dtype)
-    basis = np.zeros(n, dtype=x.dtype)
-    for i in range(n):
-        basis[i] = 1.0
-        columns[:, i] = hvp(f, x, basis.reshape(x.shape), *args).ravel()
-        basis[i] = 0.0
-    return columns.reshape(x.shape + x.shape)
+    columns = [hvp(f, x, e, *args).ravel() for e in _basis(x)]
+    return np.stack(columns, axis=-1).reshape(x.shape + x.shape)
 
 
 def jacobian(g, x, *args):
     """The Jacobian of ``g(x, *args)`` at ``x`` by forward mode, one tangent per
     entry of ``x``.
 
-    ``g`` returns a float array (shape ``out.shape + x.shape``) or a float, or
-    returns None and writes its last argument, an output array (the Jacobian
-    of what it writes there). The other arguments are constants.
+    ``g`` returns a float array (Jacobian of shape ``out.shape + x.shape``) or
+    a float (the gradient, shape ``x.shape``), or returns None and writes its
+    last argument, a float output array (the Jacobian of what it writes there).
+    The other arguments are constants.
     """
     disp = _dispatcher(g)
     x = _point(x, "jacobian")
     consts = _plain_consts(args)
-    writes_last = None
-    scalar = not isinstance(x, np.ndarray)
-    n = 1 if scalar else x.size
-    basis = np.zeros(n, dtype=np.float64 if scalar else x.dtype)
+    restype = _return_type(disp, (x, *consts))
+    writes_out = restype == types.none
+    name = disp.py_func.__qualname__
+    if writes_out and not (consts and isinstance(consts[-1], np.ndarray)
+                           and consts[-1].dtype in (np.float32, np.float64)):
+        raise TypeError(f"jacobian: '{name}' returns None, so its last argument must be "
+                        f"the float array it writes")
+    if not writes_out and not isinstance(restype, (types.Float, types.Array)):
+        raise TypeError(f"jacobian: '{name}' returns {restype}; it needs a function "
+                        f"returning a float or a float array, or writing an output array")
     columns = []
-    for i in range(n):
-        basis[i] = 1.0
-        seed = Duplicated(x, type(x)(1.0)) if scalar else Duplicated(x, basis.reshape(x.shape))
-        if writes_last is None:
-            (tangent,) = _forward(disp, seed, consts, None)
-            writes_last = tangent is None and len(consts) > 0 and \
-                isinstance(consts[-1], np.ndarray)
-            if tangent is None and not writes_last:
-                raise TypeError(f"jacobian: '{disp.py_func.__qualname__}' returns None and "
-                                f"its last argument is not an output array")
-        if writes_last:
-            out = consts[-1]
-            dout = np.zeros_like(out)
-            _forward(disp, seed, consts, dout)
-            tangent = dout
-        elif i > 0:
-            (tangent,) = _forward(disp, seed, consts, None)
-        columns.append(np.asarray(tangent).copy())
-        basis[i] = 0.0
-    first = columns[0]
-    jac = np.stack([c.ravel() for c in columns], axis=-1) if first.ndim else np.array(columns)
-    if scalar:
-        return jac.reshape(first.shape)
-    return jac.reshape(first.shape + x.shape)
+    for direction in _basis(x):
+        if writes_out:
+            dout = np.zeros_like(consts[-1])
+            autodiff(Forward, disp, Duplicated(x, direction), *consts[:-1],
+                     Duplicated(consts[-1], dout))
+            columns.append(dout)
+        else:
+            (tangent,) = autodiff(Forward, disp, Duplicated(x, direction), *consts)
+            columns.append(np.asarray(tangent))
+    if not isinstance(x, np.ndarray):
+        return columns[0]
+    jac = np.stack([c.ravel() for c in columns], axis=-1)
+    return jac.reshape(columns[0].shape + x.shape)
 
 
-def _forward(disp, seed, consts, dout):
-    """Forward mode along ``seed``; with ``dout``, the last constant is the
-    output array and ``dout`` receives its tangent."""
-    if dout is None:
-        return autodiff(Forward, disp, seed, *consts)
-    return autodiff(Forward, disp, seed, *consts[:-1], Duplicated(consts[-1], dout))
+def _basis(x):
+    """Unit tangents: 1.0 for a scalar, each entry of an array in turn."""
+    if not isinstance(x, np.ndarray):
+        yield type(x)(1.0)
+        return
+    for i in range(x.size):
+        e = np.zeros(x.size, dtype=x.dtype)
+        e[i] = 1.0
+        yield e.reshape(x.shape)
+
+
+def _return_type(disp, values):
+    argtypes = tuple(numba.typeof(v) for v in values)
+    disp.compile(argtypes)
+    return disp.overloads[argtypes].signature.return_type
