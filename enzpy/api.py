@@ -572,9 +572,11 @@ def build_report(f):
 def cache_info() -> dict:
     """Counters of the derivative cache, and build seconds per stage summed over builds.
 
-    ``derivative_functions`` counts the (augmented forward, reverse) pairs
-    written; each (function, activity) key is written once per process, so it
-    equals ``distinct_keys``.
+    ``derivative_functions`` counts the derivatives written: (augmented
+    forward, reverse) pairs and tangent functions; each (mode, function,
+    activity) key is written once per process, so it equals ``distinct_keys``.
+    (The tangent functions an ``hvp`` build differentiates again are private
+    to that build and not counted.)
     """
     stages = {}
     for reports in _reports.values():
