@@ -121,8 +121,21 @@ class ShadowMemory:
             contains_pointer(root.source_type) and not contains_float(root.source_type)
 
     def _float_element(self, ins) -> str:
-        """The float type a memcpy moves, from the loads and stores on its operands."""
+        """The float type a memcpy moves: from the loads and stores on the memory
+        it copies from or to (following chains of copies), and from the types of
+        the arrays received as arguments or passed to calls there."""
         roots = {self._root(a)[:2] for a in ins.args[:2]}
+        copies = [other for b in self.fn.blocks for other in b.instructions
+                  if other.opcode == "call"
+                  and other.callee.startswith(("llvm.memcpy", "llvm.memmove"))]
+        grown = True
+        while grown:                # copies sharing memory with this one move the same type
+            grown = False
+            for other in copies:
+                touched = {self._root(a)[:2] for a in other.args[:2]}
+                if touched & roots and not touched <= roots:
+                    roots |= touched
+                    grown = True
         found = set()
         for b in self.fn.blocks:
             for other in b.instructions:
@@ -131,13 +144,15 @@ class ShadowMemory:
                     ty = other.type if other.opcode == "load" else other.operands[0].type
                     if is_float_type(ty) and self._root(ptr)[:2] in roots:
                         found.add(ty)
-        if not found:
-            for kind, name, _ in (self._root(a) for a in ins.args[:2]):
-                if kind == "arg":
-                    index = [a.name for a in self.fn.args].index(name)
-                    ty = self.builder.data_pointer_type(self.fn.name, index)
-                    if ty:
-                        found.add(ty)
+                elif other.opcode == "call" and other.callee:
+                    for index, a in enumerate(other.args):
+                        if a.type == "ptr" and self._root(a)[:2] in roots:
+                            found.add(self.builder.data_pointer_type(other.callee, index))
+        names = [a.name for a in self.fn.args]
+        for kind, name in roots:
+            if kind == "arg":
+                found.add(self.builder.data_pointer_type(self.fn.name, names.index(name)))
+        found.discard(None)
         if len(found) != 1:
             raise UnsupportedError(f"cannot tell which float type `{ins.text}` copies"
                                    f"{self._where(ins)}")

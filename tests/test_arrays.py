@@ -412,3 +412,21 @@ def test_exception_midway_leaves_shadows_untouched():
     dy = np.zeros(6)
     autodiff(Reverse, raises_midway, Duplicated(y, dy), Const(1e9))
     np.testing.assert_allclose(dy, 8.0 * np.linspace(1.0, 2.0, 6))
+
+
+@njit
+def _first_plus_sum(arr, p):
+    return arr[0] * p + arr[1:].sum()
+
+
+@njit
+def copy_of_a_copy(out, x):
+    tmp = out.copy()
+    unused = tmp.copy()            # noqa: F841 - a copy nothing reads in this function
+    return _first_plus_sum(tmp, x) * x
+
+
+def test_copy_of_a_copy_only_used_by_callees():
+    """The element type of a copy comes from the copies it chains with and the
+    callees the memory goes to (found by the fuzzer)."""
+    check(copy_of_a_copy, [np.array([0.3, -1.2, 0.7]), 1.5])
