@@ -33,6 +33,9 @@ _ASSIGN = re.compile(r"^%(" + _NAME + r")\s*=\s*(.*)$")
 _CALLEE = re.compile(r"([@%]" + _NAME + r")\(")
 _METADATA = re.compile(r",\s*!\w+\s+!\d+")
 _ESCAPE = re.compile(r"\\([0-9A-Fa-f]{2})")
+_TOKEN = re.compile(r"\S+")
+_WORD = re.compile(r"(\w+)\s*")
+_KEYWORD = re.compile(r"([a-z_]+)")
 
 
 def unquote(name: str) -> str:
@@ -53,13 +56,13 @@ def take_type(text: str):
                 depth -= 1
                 if depth == 0:
                     return text[:i + 1], text[i + 1:].strip()
-    m = re.match(r"\S+", text)
+    m = _TOKEN.match(text)
     return m.group(0), text[m.end():].strip()
 
 
 def _skip_words(text: str, words) -> str:
     while True:
-        m = re.match(r"(\w+)\s*", text)
+        m = _WORD.match(text)
         if not m or m.group(1) not in words:
             return text
         text = text[m.end():]
@@ -68,7 +71,7 @@ def _skip_words(text: str, words) -> str:
 def _skip_param_attrs(text: str) -> str:
     while True:
         text = text.strip()
-        m = re.match(r"([a-z_]+)", text)
+        m = _KEYWORD.match(text)
         if not m:
             return text
         word = m.group(1)
