@@ -108,9 +108,13 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
                                               or v.name in self.act.shadowed)
 
     def derivative(self, v: Value) -> Value:
-        if self._carries(v) and v.name in self.derivatives:
-            return self.derivatives[v.name]
-        return zero_derivative(v)
+        if not self._carries(v):
+            return zero_derivative(v)
+        found = self.derivatives.get(v.name)
+        if found is None:       # used before its definition: never guess a zero
+            raise UnsupportedError(f"the derivative of %{v.name} is needed before its "
+                                   f"definition in function '{self.fn.name}'")
+        return found
 
     def _instruction(self, ins):
         e = self.e
