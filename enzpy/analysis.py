@@ -18,9 +18,12 @@ from .ir import Function, contains_float, contains_pointer
 
 # Instructions whose result is a pointer into the same object as an operand.
 POINTER_PROPAGATING = ("getelementptr", "bitcast", "addrspacecast", "phi", "select", "freeze")
-# Numba runtime calls returning a new allocation (a meminfo) that gets a shadow allocation.
+# Numba runtime calls returning a new allocation that gets a shadow allocation:
+# a meminfo (arrays), or raw memory (e.g. the temporary copy of an overlapping slice).
+RAW_ALLOCATORS = ("NRT_Allocate", "NRT_Allocate_External")
 ALLOCATORS = ("NRT_MemInfo_alloc_aligned", "NRT_MemInfo_alloc_safe_aligned",
-              "NRT_MemInfo_alloc", "NRT_MemInfo_alloc_safe", "NRT_MemInfo_new_varsize")
+              "NRT_MemInfo_alloc", "NRT_MemInfo_alloc_safe", "NRT_MemInfo_new_varsize") \
+    + RAW_ALLOCATORS
 # Numba runtime calls returning a pointer into their (first) argument's allocation.
 DERIVED_POINTERS = ("NRT_MemInfo_data_fast", "NRT_MemInfo_data")
 

@@ -327,7 +327,7 @@ def _check_return(low, forward):
         return
     if forward and isinstance(restype, types.Array) and isinstance(restype.dtype, types.Float):
         return
-    returned = "a scalar, None" + (" or a float array" if forward else "")
+    returned = "a scalar, None or a float array" if forward else "a scalar or None"
     raise UnsupportedError(f"function '{low.name}' returns {restype}; enzpy "
                            f"differentiates functions returning {returned}")
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from .emitter import Emitter
 from .ir import Value, contains_pointer, local
-from .memory import (ALLOCATORS, FREES, null_shadow, shadow_name, slot_at, strip_metadata)
+from .memory import (ALLOCATORS, FREES, null_shadow, shadow_name, slot_at, strip_metadata,
+                     zero_allocation)
 from .tape import PUSH, slot_bytes
 
 INLINE_LIMIT = 120         # instructions of a primal function whose derivative may be inlined
@@ -81,8 +82,9 @@ class AugmentedForward:
             e.emit(f"{local(ins.name)} = call {ins.type} @\"{callee.aug_name}\"({argtext})"
                    if ins.name else f"call {ins.type} @\"{callee.aug_name}\"({argtext})")
             return
-        if ins.opcode == "call" and ins.callee in FREES and self._postponed(ins):
-            return      # postponed to the matching point of the reverse sweep
+        if ins.opcode == "call" and ins.callee in FREES and (
+                self._postponed(ins) or self._freed_by_reverse(ins)):
+            return      # postponed to the reverse sweep
         e.emit(strip_metadata(ins.text))
         if ins.opcode == "call" and ins.callee in FREES and self.act.is_shadowed(ins.args[0]):
             e.emit(f'call void @"{ins.callee}"(ptr {self.forward_shadow(ins.args[0]).ref})')
@@ -103,9 +105,7 @@ class AugmentedForward:
             elif ins.callee in ALLOCATORS:
                 args = ", ".join(a.typed() for a in ins.args)
                 e.emit(f'{sname} = call ptr @"{ins.callee}"({args})')
-                data = e.call("NRT_MemInfo_data_fast", "ptr", [Value(sname, "ptr", "inst")])
-                e.emit(f"call void @llvm.memset.p0.i64(ptr {data.ref}, i8 0, "
-                       f"{ins.args[0].typed()}, i1 false)")
+                zero_allocation(e, ins, Value(sname, "ptr", "inst"))
             else:
                 e.emit(f"{sname} = " + self._shadow_text(ins, lambda v: v, self.forward_shadow))
 

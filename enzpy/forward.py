@@ -22,7 +22,7 @@ from .emitter import Emitter
 from .errors import UnsupportedError
 from .generator import DerivativeGenerator
 from .ir import Value, contains_float, contains_pointer, is_float_type, local
-from .memory import FREES, ShadowMemory, strip_metadata
+from .memory import FREES, ShadowMemory, strip_metadata, zero_allocation
 
 SINK_READ = "enzpy.fwd.zeros"
 SINK_WRITE = "enzpy.fwd.trash"
@@ -166,9 +166,7 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
             return shadow
         if ins.callee in ALLOCATORS:
             shadow = e.call(ins.callee, "ptr", ins.args)
-            data = e.call("NRT_MemInfo_data_fast", "ptr", [shadow])
-            e.emit(f"call void @llvm.memset.p0.i64(ptr {data.ref}, i8 0, "
-                   f"{ins.args[0].typed()}, i1 false)")
+            zero_allocation(e, ins, shadow)
             return shadow
         if op == "call" and not ins.callee:
             raise UnsupportedError(f"indirect call with active arguments `{ins.text}`"
@@ -229,9 +227,9 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
 
     def _call(self, ins):
         callee = self._callee(ins)
-        if ins.type not in ("i32", "void"):
-            raise UnsupportedError(f"call to '{ins.callee}' returning {ins.type} directly"
-                                   f"{self._where(ins)}")
+        if ins.name and self._carries(ins.value):
+            # Only a floored quotient (checked by _check_unsupported) is returned directly.
+            self.derivatives[ins.name] = zero_derivative(ins.value)
         args = list(ins.args) + [self.derivative(a) for a, act in
                                  zip(ins.args, callee.activity) if act != "const"]
         call = f'call {ins.type} @"{callee.name}"({", ".join(a.typed() for a in args)})'

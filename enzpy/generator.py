@@ -7,11 +7,18 @@ a callee's derivative when a call carries derivatives.
 """
 from __future__ import annotations
 
+import re
+
 from . import rules
 from .analysis import Activity, ControlFlow
 from .errors import UnsupportedError
 from .ir import contains_float, is_float_type
 from .memory import explain
+
+# Numba's helper for Python's % and // on floats writes the remainder through a
+# pointer and returns the floored quotient directly: piecewise constant, so its
+# derivative is zero. Other functions returning a float directly are refused.
+FLOOR_QUOTIENT = re.compile(r"numba6python3remE")
 
 
 class DerivativeGenerator:
@@ -51,6 +58,12 @@ class DerivativeGenerator:
                     raise UnsupportedError(
                         f"a value that depends on the differentiated inputs flows into "
                         f"{what}{self._where(ins)}{explain(ins.callee)}")
+                if self._is_derivative_call(ins) and is_float_type(ins.type) \
+                        and self.act.is_active(ins.value) \
+                        and not FLOOR_QUOTIENT.search(ins.callee):
+                    raise UnsupportedError(
+                        f"call to '{ins.callee}', which returns a float directly instead "
+                        f"of through Numba's return pointer{self._where(ins)}")
                 if ins.opcode == "call" and not self._is_derivative_call(ins) \
                         and not rules.INACTIVE_CALLS.match(ins.callee) \
                         and not rules.MEMORY_CALLS.match(ins.callee) \

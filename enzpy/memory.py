@@ -8,7 +8,8 @@ reverse sweep may still need the memory), and bulk copies.
 """
 from __future__ import annotations
 
-from .analysis import ALLOCATORS, DERIVED_POINTERS, POINTER_PROPAGATING, pointer_roots
+from .analysis import (ALLOCATORS, DERIVED_POINTERS, POINTER_PROPAGATING, RAW_ALLOCATORS,
+                       pointer_roots)
 from .custom import BLAS_UNSUPPORTED
 from .emitter import Emitter
 from .errors import UnsupportedError
@@ -38,6 +39,15 @@ def slot_at(e: Emitter, base: Value, offset: int) -> str:
     if offset == 0:
         return base.ref
     return e.define("ptr", f"getelementptr inbounds i8, ptr {base.ref}, i64 {offset}").ref
+
+
+def zero_allocation(e: Emitter, ins, shadow: Value):
+    """Zero the data of ``shadow``, a new allocation made like ``ins`` (whose
+    first argument is the size in bytes)."""
+    data = shadow if ins.callee in RAW_ALLOCATORS else \
+        e.call("NRT_MemInfo_data_fast", "ptr", [shadow])
+    e.emit(f"call void @llvm.memset.p0.i64(ptr {data.ref}, i8 0, {ins.args[0].typed()}, "
+           f"i1 false)")
 
 
 def strip_metadata(text: str) -> str:
@@ -73,8 +83,14 @@ class ShadowMemory:
     def _reverse_runtime_call(self, ins, block) -> bool:
         """Reverse of Numba runtime calls and memory intrinsics; False if ``ins`` is none."""
         e, callee = self.e, ins.callee
+        if callee in RAW_ALLOCATORS:
+            # Raw memory (no reference count) and its shadow live until here,
+            # after the reverse of every use (see _freed_by_reverse).
+            for pointer in (self.primal(ins.value, block), self.shadow(ins.value, block)):
+                e.call("NRT_Free", "void", [pointer])
+            return True
         if callee in FREES:
-            if not self._postponed(ins):
+            if not self._postponed(ins) or self._freed_by_reverse(ins):
                 return True
             # The forward sweep postponed the free to here, after every use.
             p = ins.args[0]
@@ -96,6 +112,12 @@ class ShadowMemory:
                     self.primal(ins.args[2], block)])
             return True
         return False
+
+    def _freed_by_reverse(self, ins) -> bool:
+        """A free of raw memory with a shadow: the reverse of its allocation frees
+        it (with its shadow), after the reverse of every use; the reverse of the
+        free itself comes before the reverse of the uses before it."""
+        return ins.callee == "NRT_Free" and self.act.is_shadowed(ins.args[0])
 
     def _postponed(self, ins) -> bool:
         """Whether a free waits for the reverse sweep. Memory reached through

@@ -116,7 +116,7 @@ INACTIVE_CALLS = re.compile(
 # Runtime calls on memory whose shadows the transformation itself maintains
 # (see reverse.py): reference counts, allocation data pointers, bulk copies.
 MEMORY_CALLS = re.compile(
-    r"^(NRT_(incref|decref|Free|MemInfo_data_fast|MemInfo_data|MemInfo_alloc\w*)|"
+    r"^(NRT_(incref|decref|Free|MemInfo_data_fast|MemInfo_data|MemInfo_alloc\w*|Allocate\w*)|"
     r"llvm\.(memset|memcpy|memmove)\.)")
 
 _INTRINSIC_NAME = re.compile(r"^llvm\.([a-z0-9_]+?)(\.[a-z]\w*)*$")

@@ -430,3 +430,22 @@ def test_copy_of_a_copy_only_used_by_callees():
     """The element type of a copy comes from the copies it chains with and the
     callees the memory goes to (found by the fuzzer)."""
     check(copy_of_a_copy, [np.array([0.3, -1.2, 0.7]), 1.5])
+
+
+@njit
+def overlapping_copy(a):
+    a[1:] = a[:-1]                 # Numba copies the source to raw temporary memory
+    return (a * a).sum()
+
+
+@njit
+def overlapping_update(a):
+    a[1:] += a[:-1]                # element by element in Numba: a running sum
+    return (a * a).sum()
+
+
+@pytest.mark.parametrize("f", [overlapping_copy, overlapping_update], ids=lambda f: f.__name__)
+def test_overlapping_slices_in_place(f):
+    """Raw temporaries (NRT_Allocate) get shadows, freed after the reverse of
+    every use (a crash and a refusal before)."""
+    check(f, [np.linspace(0.5, 1.5, 7)])
