@@ -242,8 +242,10 @@ class Activity:
         if ins.opcode == "load":
             return ins.operands[0].name in self.shadowed
         if ins.opcode == "call":
+            # A float returned directly may also come from memory the call reads.
             return self._call_propagates(ins) and any(
-                o.name in self.varied for o in ins.args if o.kind in ("inst", "arg"))
+                o.name in self.varied or o.name in self.shadowed
+                for o in ins.args if o.kind in ("inst", "arg"))
         ops = [v for v, _ in ins.incoming] if ins.opcode == "phi" else ins.operands
         return any(o.name in self.varied for o in ops if o.kind in ("inst", "arg"))
 

@@ -429,8 +429,9 @@ def _build_hvp(disp, x, consts, key) -> _Entry:
     tangent function that forward mode writes (its IR is read back and
     differentiated like any Numba function's).
 
-    The entry takes ``(x, *consts, v[, hv])``: an array x's product is
-    accumulated into ``hv``; a scalar x's is returned as the adjoint."""
+    The entry takes ``(x, *consts, v[, hv, scratch])``: an array x's product
+    is accumulated into ``hv`` (``scratch``, like x, receives the gradient
+    w.r.t. v, unused); a scalar x's is returned as the adjoint."""
     with _build_lock, global_compiler_lock:
         if key in _entries:
             STATS.hits += 1
@@ -462,8 +463,10 @@ def _build_hvp(disp, x, consts, key) -> _Entry:
         _dump(disp, "tangent", text)
         with watch.stage("read_tangent_ir"):
             model = read_module_text(text)
+        # v is Duplicated too (with a scratch shadow): the tangent function
+        # writes tangents into it where f writes into x.
         second = _typed([Active(x) if scalar else Duplicated(x, x)] +
-                        [Const(c) for c in consts] + [Const(x)])
+                        [Const(c) for c in consts] + [Const(x) if scalar else Duplicated(x, x)])
         argtypes2 = argtypes + (tx,)
         activity2, shadow_types = _activity(ctx, second, True)
         builder, entry_name, text = _reverse_module(
@@ -476,7 +479,7 @@ def _build_hvp(disp, x, consts, key) -> _Entry:
         with watch.stage("wrap"):
             call = backend.numba_entry(address, argtypes2 + tuple(shadow_types),
                                        [tx] if scalar else [], low.restype)
-        entry = _Entry(call, [0] if scalar else [], [0] if not scalar else [], report,
+        entry = _Entry(call, [0] if scalar else [], [] if scalar else [0, len(argtypes)], report,
                        _alias_checks(ctx, builder.readonly, name, argtypes2), library)
         entry.returns_tangent = False
         _entries[key] = entry

@@ -170,10 +170,9 @@ def xxdot_forward(deriv) -> str:
                for (_, name), act in zip(_XXDOT_PARAMS, deriv.activity)}
     dout = shadows["out"]
     branches = "".join(f"""{ty}:
-  %ta.{ty} = call {ty} @enzpy.fwd.dot.{ty}(i64 %n, ptr {shadows["a"]}, ptr %b)
-  %tb.{ty} = call {ty} @enzpy.fwd.dot.{ty}(i64 %n, ptr {shadows["b"]}, ptr %a)
-  %t.{ty} = fadd {ty} %ta.{ty}, %tb.{ty}
-  store {ty} %t.{ty}, ptr {dout}
+  store {ty} 0.0, ptr {dout}
+  call void @enzpy.fwd.dot.{ty}(ptr {dout}, i64 %n, ptr {shadows["a"]}, ptr %b)
+  call void @enzpy.fwd.dot.{ty}(ptr {dout}, i64 %n, ptr {shadows["b"]}, ptr %a)
   br label %done
 """ for ty in ("double", "float"))
     return f"""

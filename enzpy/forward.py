@@ -284,14 +284,14 @@ exit:
 
 def _dot(ty: str) -> str:
     return f"""
-; sum x[i] * y[i] over n {ty}s; 0 when x is null (no tangent).
-define internal {ty} @enzpy.fwd.dot.{ty}(i64 %n, ptr %x, ptr %y) {{
+; out += sum x[i] * y[i] over n {ty}s; nothing when x is null (no tangent). The
+; result goes through memory, like Numba's returns, so reverse mode follows it.
+define internal void @enzpy.fwd.dot.{ty}(ptr %out, i64 %n, ptr %x, ptr %y) {{
 entry:
   %null = icmp eq ptr %x, null
   br i1 %null, label %exit, label %loop
 loop:
   %i = phi i64 [ 0, %entry ], [ %next, %body ]
-  %acc = phi {ty} [ 0.0, %entry ], [ %sum, %body ]
   %done = icmp sge i64 %i, %n
   br i1 %done, label %exit, label %body
 body:
@@ -300,18 +300,17 @@ body:
   %vx = load {ty}, ptr %px
   %vy = load {ty}, ptr %py
   %m = fmul {ty} %vx, %vy
+  %acc = load {ty}, ptr %out
   %sum = fadd {ty} %acc, %m
+  store {ty} %sum, ptr %out
   %next = add i64 %i, 1
   br label %loop
 exit:
-  %r = phi {ty} [ 0.0, %entry ], [ %acc, %loop ]
-  ret {ty} %r
+  ret void
 }}
 """
 
 
-# Plain functions (no tape, no runtime of reverse mode): a module of tangent
-# functions stays something reverse mode can differentiate.
 _ZERO = """
 ; dst' = 0 over n bytes (nothing when dst' is null).
 define internal void @enzpy.fwd.zero(ptr %dst, i64 %n) {

@@ -39,7 +39,8 @@ def hvp(f, x, v, *args):
     """The Hessian of the scalar ``f(x, *args)`` at ``x`` times ``v``.
 
     ``x`` is a float scalar or array, ``v`` has its shape and dtype; the other
-    arguments are constants. Returns an array like ``x`` (a float for a scalar).
+    arguments are constants. Returns an array like ``x`` (a float for a scalar);
+    ``x`` and ``v`` are not modified, even if ``f`` writes ``x`` in place.
     """
     disp = _dispatcher(f)
     x = _point(x, "hvp")
@@ -61,7 +62,8 @@ def hvp(f, x, v, *args):
     _check_aliases(entry, (x, *consts, v))
     if isinstance(x, np.ndarray):
         hv = np.zeros_like(x)
-        entry.call(x, *consts, v, hv)
+        # Copies: f may write x in place, and its tangent function then writes v.
+        entry.call(x.copy(), *consts, v.copy(), hv, np.zeros_like(x))
         return hv
     return entry.call(x, *consts, type(x)(v))[0]
 
