@@ -32,12 +32,18 @@ def prepare_module(text: str, entry: str, exported=(), big_primals=()):
     for fn in module.functions:
         if fn.is_declaration:
             continue
-        if fn.name == entry or fn.name in exported:
-            fn.linkage = llvm.Linkage.external
-        else:
-            fn.linkage = llvm.Linkage.internal
         if fn.name in big_primals:
             fn.add_function_attribute("noinline")
+        if fn.name == entry or fn.name in exported:
+            fn.linkage = llvm.Linkage.external
+            continue
+        fn.linkage = llvm.Linkage.internal
+        if not fn.name.startswith("enzpy."):
+            # Numba resolves the pointers of mutually recursive calls by name
+            # (RuntimeLinker), looking at every function a new library
+            # defines, internal ones included: a copy keeping a Numba name
+            # (and optimized here to another signature) could be picked.
+            fn.name = "enzpy.copy." + fn.name
     return module
 
 
