@@ -286,6 +286,20 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
     return "\n".join(lines) + "\n"
 
 
+def _tangent_call_args(root: ForwardDerivative, primal_slot, tangent_slot, passed) -> list:
+    """Arguments of a call to ``root``: its own (the primal return in
+    ``primal_slot``), then the tangents and shadows of its non-const
+    arguments, the return's tangent in ``tangent_slot`` and the others from
+    the parameters named ``passed``, in order."""
+    args = [f"ptr {primal_slot}", "ptr %excinfo"] + [f"{a.type} {local(a.name)}"
+                                                    for a in root.fn.args[2:]]
+    extras = iter(local(n) for n in passed)
+    for i, (a, act) in enumerate(zip(root.fn.args, root.activity)):
+        if act != "const":
+            args.append(f"{a.type} {tangent_slot if i == 0 else next(extras)}")
+    return args
+
+
 def forward_entry_function(name, root: ForwardDerivative, ret_slot_type, return_tangent,
                            shadow_params, passed) -> str:
     """``i32 name(ptr out, ptr excinfo, args..., shadows...)``: calls the root's
@@ -296,14 +310,9 @@ def forward_entry_function(name, root: ForwardDerivative, ret_slot_type, return_
     (tangent scalars, shadow arrays' fields); ``passed`` the names among them
     that are the root's tangents and shadows of its non-const arguments, in order.
     """
-    user = root.fn.args[2:]
-    params = [f"{a.type} {local(a.name)}" for a in user]
+    params = [f"{a.type} {local(a.name)}" for a in root.fn.args[2:]]
     params += [f"{t} {local(n)}" for t, n in shadow_params]
-    extras = iter(local(n) for n in passed)
-    args = ["ptr %ret", "ptr %excinfo"] + [f"{a.type} {local(a.name)}" for a in user]
-    for i, (a, act) in enumerate(zip(root.fn.args, root.activity)):
-        if act != "const":
-            args.append(f"{a.type} {'%tangent.ret' if i == 0 else next(extras)}")
+    args = _tangent_call_args(root, "%ret", "%tangent.ret", passed)
     fields = ([ret_slot_type] if return_tangent else []) + [ret_slot_type, "i64"]
     out_type = "{ " + ", ".join(fields) + " }"
     lines = [
@@ -340,14 +349,10 @@ def tangent_function(name, root: ForwardDerivative, ret_slot_type, shadow_params
     tangents...)`` whose return value is the root's tangent (its primal is
     dropped): reverse mode differentiates it like any Numba function, which
     gives second derivatives (reverse over forward)."""
-    user = root.fn.args[2:]
-    params = ["ptr %ret", "ptr %excinfo"] + [f"{a.type} {local(a.name)}" for a in user]
+    params = ["ptr %ret", "ptr %excinfo"] + [f"{a.type} {local(a.name)}"
+                                             for a in root.fn.args[2:]]
     params += [f"{t} {local(n)}" for t, n in shadow_params]
-    extras = iter(local(n) for n in passed)
-    args = ["ptr %primal", "ptr %excinfo"] + [f"{a.type} {local(a.name)}" for a in user]
-    for i, (a, act) in enumerate(zip(root.fn.args, root.activity)):
-        if act != "const":
-            args.append(f"{a.type} {'%ret' if i == 0 else next(extras)}")
+    args = _tangent_call_args(root, "%primal", "%ret", passed)
     return "\n".join([
         f"define i32 @\"{name}\"({', '.join(params)}) {{",
         "entry:",
