@@ -136,3 +136,34 @@ def test_threads_give_correct_results_and_build_once():
     # `fresh` was built exactly once (power_sum at most once too)
     assert enzpy.cache_info()["misses"] - before <= 2
     assert len([r for r in enzpy.build_report(fresh)]) == 1
+
+
+def test_threads_forward_mode_and_hvp():
+    @njit
+    def fresh_forward(x, a):
+        return math.sin(a * x) * x
+
+    errors, results = [], {}
+
+    def work(k):
+        try:
+            x = 0.3 + k
+            (t,) = autodiff(enzpy.Forward, fresh_forward, Duplicated(x, 1.0), Const(2.0))
+            xs = np.linspace(0.1, 1.0, 5) + k
+            hv = enzpy.hvp(power_sum, xs, np.ones_like(xs), 3)
+            results[k] = (t, xs, hv)
+        except Exception as exc:        # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for k, (t, xs, hv) in results.items():
+        x = 0.3 + k
+        assert t == pytest.approx(math.sin(2 * x) + 2 * x * math.cos(2 * x))
+        # d2/dx2 of x^3 exp(-x): (6x - 6x^2 + x^3) exp(-x), diagonal Hessian
+        np.testing.assert_allclose(hv, (6 * xs - 6 * xs ** 2 + xs ** 3) * np.exp(-xs))
+    assert len(enzpy.build_report(fresh_forward)) == 1
