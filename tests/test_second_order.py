@@ -784,6 +784,8 @@ def seed_trees():
         "mixed": add(cos(sub(x0, c(0.5))), sin(add(x1, x2))),
         "deep": sub(sin(cos(add(x0, c(0.3)))), cos(sub(c(1.2), sin(x2)))),
         "products_of_features": cos(add(sin(sub(x0, x1)), add(x2, cos(x0)))),
+        # operator_set(1) (add, cos) only: the fused patterns at a small build
+        "one_operator_each": add(cos(add(x0, c(0.5))), cos(add(cos(x1), add(x2, x0)))),
     }
 
 
@@ -830,6 +832,16 @@ def test_tree_evaluator_hvp_fuse_level_1(seed_X):
     """The regular run: hvp wrt X (one hvp build and one reverse build of a
     ~4600-instruction program, after a ~15 s Numba compile)."""
     _check_tree_hvps(2, 1, seed_X, ["mixed", "deep", "products_of_features"], wrt_val=False)
+
+
+def test_tree_evaluator_hvp_fuse_level_2_one_operator_each():
+    """The regular run at fuse level 2: the fused kernels, with one binary and
+    one unary operator (a new process: a separate evaluator's builds)."""
+    _in_fresh_process("""
+        import numpy as np
+        X = np.random.default_rng(123).standard_normal((3, 12))
+        t._check_tree_hvps(1, 2, X, ["one_operator_each"])
+    """)
 
 
 @_slow
