@@ -178,3 +178,20 @@ def test_active_in_forward_mode_is_refused_when_compiling():
 
     with pytest.raises(Exception, match="Duplicated"):
         bad(1.0)
+
+
+@njit
+def shifted_exp(x):
+    return math.exp(x) - 3.0
+
+
+@njit
+def newton_on(g, x):
+    for _ in range(30):
+        (d,), = autodiff(Reverse, g, Active(x))
+        x -= g(x) / d
+    return x
+
+
+def test_function_passed_as_an_argument():
+    assert newton_on(shifted_exp, 1.0) == pytest.approx(math.log(3.0), rel=1e-15)
