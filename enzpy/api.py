@@ -113,7 +113,8 @@ class _Entry:
                  "library", "returns_tangent")
 
     def __init__(self, call, active_positions, shadow_positions, report, alias_checks,
-                 library):
+                 library, returns_tangent=False):
+        self.returns_tangent = returns_tangent    # forward mode: the call returns a tangent
         self.call = call
         self.library = library            # the machine code ``call`` jumps to
         self.active_positions = active_positions
@@ -388,8 +389,8 @@ def _build(disp, signature, key, mode) -> _Entry:
             call = backend.numba_entry(address, argtypes + tuple(shadow_types), adjoint_types,
                                        restype, tangent=not mode.reverse and returns_derivative)
         positions = [i for i, (kind, _, _) in enumerate(signature) if kind is Active]
-        entry = _Entry(call, positions, shadows, report, alias_checks, library)
-        entry.returns_tangent = returns_derivative
+        entry = _Entry(call, positions, shadows, report, alias_checks, library,
+                       returns_tangent=not mode.reverse and returns_derivative)
         _entries[key] = entry
         _reports.setdefault(disp.py_func, []).append(report)
         log.info("built %s", report)
@@ -481,7 +482,6 @@ def _build_hvp(disp, x, consts, key) -> _Entry:
                                        [tx] if scalar else [], low.restype)
         entry = _Entry(call, [0] if scalar else [], [] if scalar else [0, len(argtypes)], report,
                        _alias_checks(ctx, builder.readonly, name, argtypes2), library)
-        entry.returns_tangent = False
         _entries[key] = entry
         _reports.setdefault(disp.py_func, []).append(report)
         log.info("built %s", report)
