@@ -15,7 +15,7 @@ from functools import cached_property
 from . import rules
 from .errors import UnsupportedError
 from .frontend import demangle
-from .ir import local
+from .ir import local, tangent_name
 from .analysis import ReadOnlyMemory, split_loop_exits
 from .custom import custom_derivative, custom_forward, custom_function
 from .forward import FORWARD_RUNTIME, FORWARD_RUNTIME_FUNCTIONS, ForwardDerivative, ForwardGenerator
@@ -98,7 +98,8 @@ class ModuleBuilder:
         if tangent and tangent.group(1) in self.module.functions:
             # A tangent function: its parameters (and the tangents of them) are the primal's.
             name = self.module.functions[symbol].args[index].name
-            name = name[len("~t."):] if name.startswith("~t.") else name
+            prefix = tangent_name("")
+            name = name[len(prefix):] if name.startswith(prefix) else name
             symbol = tangent.group(1)
             index = [a.name for a in self.module.functions[symbol].args].index(name)
         low = self.lowered.get(symbol)

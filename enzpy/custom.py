@@ -6,7 +6,7 @@ generated derivatives (primal arguments, shadows of the 'dup' ones, the tape).
 """
 from __future__ import annotations
 
-from .ir import Function, Value, local
+from .ir import Function, Value, local, tangent_name
 from .tape import POP, PUSH
 
 # numba_xxdot(kind, conjugate, n, a, b, out) -> status; kind is 'd' (100) or 's' (115).
@@ -135,7 +135,7 @@ def custom_forward(deriv) -> str:
 
 
 def _shadow_ref(arg) -> str:
-    return local("~t." + arg.name)
+    return local(tangent_name(arg.name))
 
 
 def int_power_forward(deriv) -> str:
@@ -166,7 +166,7 @@ define internal i32 @"{deriv.name}"({", ".join(deriv.params)}) {{
 
 def xxdot_forward(deriv) -> str:
     """``numba_xxdot``: out' = dot(a', b) + dot(a, b')."""
-    shadows = {name: (f'%"~t.{name}"' if act == "dup" else "null")
+    shadows = {name: (local(tangent_name(name)) if act == "dup" else "null")
                for (_, name), act in zip(_XXDOT_PARAMS, deriv.activity)}
     dout = shadows["out"]
     branches = "".join(f"""{ty}:

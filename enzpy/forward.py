@@ -21,17 +21,11 @@ from .analysis import ALLOCATORS, DERIVED_POINTERS
 from .emitter import Emitter
 from .errors import UnsupportedError
 from .generator import DerivativeGenerator
-from .ir import Value, contains_float, contains_pointer, is_float_type, local
+from .ir import Value, contains_float, contains_pointer, is_float_type, local, tangent_name
 from .memory import FREES, ShadowMemory, strip_metadata, zero_allocation
 
 SINK_READ = "enzpy.fwd.zeros"
 SINK_WRITE = "enzpy.fwd.trash"
-
-
-def tangent_name(name: str) -> str:
-    """Names of tangents and shadows in tangent functions (distinct from
-    reverse mode's shadows, so reverse mode can differentiate them again)."""
-    return "~t." + name
 
 
 class ForwardDerivative:

@@ -26,6 +26,13 @@ def local(name: str) -> str:
     return "%" + quote(name)
 
 
+def tangent_name(name: str) -> str:
+    """Names of tangents and shadows in forward mode's tangent functions
+    (distinct from reverse mode's shadows, so reverse mode can differentiate
+    tangent functions again)."""
+    return "~t." + name
+
+
 def is_float_type(ty: str) -> bool:
     return ty in FLOAT_TYPES
 
