@@ -2,10 +2,11 @@
 
 Numba hands every freshly lowered IR module to ``CodeLibrary.add_ir_module``
 before its own optimizer runs; a hook installed when enzpy is imported records
-that text per defined symbol. A function compiled before the hook existed (or
-loaded from Numba's on-disk cache) is compiled once more through the same
-lowering, with Numba's cache of internal helpers set aside so that helpers such
-as ``int_power`` are lowered again too. The captured modules of a function and
+that text per defined symbol, and another where each dispatcher a compilation
+calls lives. A function compiled before the hooks existed (or loaded from
+Numba's on-disk cache) is lowered once more, with its own options; Numba's
+cache of internal helpers is emptied at import, so helpers compiled before are
+lowered (and recorded) again when next used. The captured modules of a function and
 of every Numba function it calls are linked into one module and cleaned up with
 a light pipeline (SROA, instcombine, CFG simplification, GVN; never unrolling or
 vectorizing), so enzpy differentiates small, clean IR.
@@ -17,12 +18,18 @@ import threading
 
 from llvmlite import binding as llvm
 from numba.core import codegen, compiler, types
+from numba.core.compiler_lock import global_compiler_lock
+from numba.core.dispatcher import Dispatcher
+from numba.core.registry import cpu_target
 from numba.core import cgutils
 
-from .errors import UnsupportedError
+from .errors import InternalError, UnsupportedError
 
 _lock = threading.RLock()
 _raw_ir: dict = {}            # mangled symbol -> IR text of the module defining it
+# mangled symbol -> (dispatcher, argument types): how to lower a Numba function
+# again, for every dispatcher a compilation has called since enzpy was imported
+_dispatchers: dict = {}
 _WRAPPER_PREFIXES = ("cpython.", "cfunc.")
 
 
@@ -36,7 +43,19 @@ def _record(ir_module):
                 _raw_ir[name] = text
 
 
-def _install_hook():
+def _index_dispatcher(dispatcher, args):
+    cres = dispatcher.overloads.get(tuple(args))
+    if cres is not None and cres.fndesc is not None:
+        with _lock:
+            _dispatchers.setdefault(cres.fndesc.mangled_name, (dispatcher, tuple(args)))
+
+
+def _install_hooks():
+    """Record the raw IR of every module Numba lowers from now on, and where
+    every dispatcher Numba calls lives. Numba's cache of internal helpers
+    compiled before (``compile_internal``) is emptied, so those helpers are
+    lowered again, and recorded, the next time code uses them: what ran
+    before ``import enzpy`` never decides what enzpy can see."""
     original = codegen.CPUCodeLibrary.add_ir_module
     if getattr(original, "_enzpy_hook", False):
         return
@@ -48,24 +67,37 @@ def _install_hook():
     add_ir_module._enzpy_hook = True
     codegen.CPUCodeLibrary.add_ir_module = add_ir_module
 
+    template = Dispatcher.get_call_template
 
-_install_hook()
+    def get_call_template(self, args, kws):
+        found = template(self, args, kws)
+        _index_dispatcher(self, found[2])
+        return found
+
+    Dispatcher.get_call_template = get_call_template
+    with global_compiler_lock:
+        cpu_target.target_context.cached_internal_func = {}
+
+
+_install_hooks()
 
 
 def _compile_again(dispatcher, argtypes, symbol):
-    """Lower ``dispatcher.py_func`` once more to capture its raw IR."""
+    """Lower ``dispatcher.py_func`` once more, with the dispatcher's own
+    options (``fastmath``, ``error_model``, ``parallel``, ...), to capture its
+    raw IR (the helpers it calls were recorded when lowered: see
+    ``_install_hooks``). It is compiled to machine code too: that defines its
+    environment (``NumbaEnv...``), which its IR refers to."""
     flags = compiler.Flags()
+    dispatcher.targetdescr.options.parse_as_flags(flags, dispatcher.targetoptions)
+    flags = dispatcher._compiler._customize_flags(flags)
     flags.no_cpython_wrapper = True
     flags.no_cfunc_wrapper = True
-    flags.nrt = True
-    ctx = dispatcher.targetctx
-    saved = ctx.cached_internal_func
-    ctx.cached_internal_func = {}
-    try:
-        cres = compiler.compile_extra(dispatcher.typingctx, ctx, dispatcher.py_func,
-                                      tuple(argtypes), None, flags, {})
-    finally:
-        ctx.cached_internal_func = saved
+    impl = dispatcher._compiler._get_implementation(tuple(argtypes), {})
+    with global_compiler_lock:
+        cres = compiler.compile_extra(dispatcher.typingctx, dispatcher.targetctx, impl,
+                                      tuple(argtypes), None, flags, dispatcher.locals,
+                                      pipeline_class=dispatcher._compiler.pipeline_class)
     new = cres.fndesc.mangled_name
     with _lock:
         text = _raw_ir[new]
@@ -141,6 +173,23 @@ class Lowered:
 
 
 _MANGLED_PART = re.compile(r"(\d+)")
+_ESCAPES = re.compile(r"(?:_[0-9a-f]{2})+")
+_IDENTIFIER_CHAR = re.compile(r"[A-Za-z0-9_]")
+
+
+def _unescape(run: str) -> str:
+    """Numba escapes each byte of a character outside [A-Za-z0-9_] as ``_xx``;
+    a run that does not decode to such characters (``_call`` in
+    ``_call_allocator``) is left as written."""
+    try:
+        text = bytes(int(run[i + 1:i + 3], 16) for i in range(0, len(run), 3)).decode()
+    except UnicodeDecodeError:
+        text = None
+    if text and not any(_IDENTIFIER_CHAR.match(ch) for ch in text):
+        return text
+    head = run[:3]
+    return head + _ESCAPES.sub(lambda m: _unescape(m.group(0)), run[3:]) if len(run) > 3 \
+        else head
 
 
 def demangle(symbol: str) -> str:
@@ -155,7 +204,7 @@ def demangle(symbol: str) -> str:
         parts.append(symbol[start:start + n])
         i = start + n
     name = ".".join(parts) or symbol
-    return re.sub(r"_([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), name)
+    return _ESCAPES.sub(lambda m: _unescape(m.group(0)), name)
 
 
 def lower(dispatcher, argtypes) -> Lowered:
@@ -163,6 +212,15 @@ def lower(dispatcher, argtypes) -> Lowered:
     if argtypes not in dispatcher.overloads:
         dispatcher.compile(argtypes)
     return Lowered(dispatcher, argtypes)
+
+
+def lowered_by_symbol(symbol: str):
+    """The ``Lowered`` of a Numba function known by its symbol, or None."""
+    with _lock:
+        found = _dispatchers.get(symbol)
+    if found is None or found[1] not in found[0].overloads:
+        return None
+    return Lowered(*found)
 
 
 def _raw_text(lowered: Lowered) -> str:
@@ -201,10 +259,14 @@ def collect_module(root: Lowered):
                     and g.name[len(_UNRESOLVED):] not in linked]
         added = False
         for name in missing:
+            if name in linked:      # named twice: called directly and through a pointer
+                continue
             linked.add(name)
             text = _raw_ir.get(name)
             if text is None and name in lowered:
                 text = _raw_text(lowered[name])
+            if text is None and name in _dispatchers:
+                text = _compile_again(*_dispatchers[name], name)[0]
             if text is None:
                 continue     # an external symbol: rules decide about it later
             other = llvm.parse_assembly(cgutils.normalize_ir_text(text))
@@ -268,11 +330,18 @@ def original_blocks(module) -> dict:
     return table
 
 
+_MERGEABLE = {llvm.Linkage.linkonce_any, llvm.Linkage.linkonce_odr, llvm.Linkage.weak_any,
+              llvm.Linkage.weak_odr}
+
+
 def _drop_duplicate_definitions(other, module):
+    """Two modules may both define a helper Numba emits per module (a list's
+    destructor, ``linkonce_odr``): LLVM's linker keeps one. Any other symbol
+    defined twice is a bug."""
     defined = {fn.name for fn in module.functions if not fn.is_declaration}
     for fn in other.functions:
-        if not fn.is_declaration and fn.name in defined:
-            raise UnsupportedError(f"symbol {fn.name} is defined twice in the linked IR")
+        if not fn.is_declaration and fn.name in defined and fn.linkage not in _MERGEABLE:
+            raise InternalError(f"symbol {fn.name} is defined twice in the linked IR")
 
 
 def _target_machine():

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 
 from . import rules
-from .analysis import Activity, ControlFlow
+from .analysis import Activity, ControlFlow, pointer_roots
 from .errors import UnsupportedError
+from .frontend import demangle
 from .ir import contains_float, is_float_type
 from .memory import explain
 
@@ -50,8 +51,9 @@ class DerivativeGenerator:
                         and not self.act.is_shadowed(ins.operands[1]):
                     raise UnsupportedError(
                         f"a value that depends on the differentiated inputs is stored to "
-                        f"memory without a shadow (`{ins.text}`){self._where(ins)}: pass "
-                        f"the array it writes as Duplicated(array, zero shadow), not Const")
+                        f"memory without a shadow (`{ins.text}`){self._where(ins)}"
+                        f"{self._const_advice(ins.operands[1])}")
+                self._check_shadow_kept(ins)
                 if ins.opcode == "call" and self._escapes(ins):
                     what = (f"'{ins.callee}', which enzpy cannot differentiate" if ins.callee
                             else "an indirect call (indirect call with active arguments)")
@@ -71,6 +73,70 @@ class DerivativeGenerator:
                     raise UnsupportedError(
                         f"call to '{ins.callee or 'an indirect function'}' with "
                         f"differentiable memory{self._where(ins)}{explain(ins.callee)}")
+
+    def _check_shadow_kept(self, ins):
+        """A pointer to differentiable memory must not reach memory enzpy keeps
+        no shadow for: reading it back from there would give a pointer without
+        a shadow, whose loads carry no derivative (a silent zero)."""
+        op = ins.opcode
+        if op == "store":
+            value, ptr = ins.operands
+            lost = self.act.is_shadowed(value) and not self.act.is_shadowed(ptr) \
+                and not self._exception_info(ptr)
+        elif op == "call" and ins.callee.startswith(("llvm.memcpy", "llvm.memmove")):
+            value, ptr = ins.args[1], ins.args[0]
+            lost = self.act.is_shadowed(value) and not self.act.is_shadowed(ptr)
+        elif op in ("atomicrmw", "cmpxchg"):
+            ptr = ins.operands[0]
+            lost = self.act.is_shadowed(ptr) or any(
+                self.act.is_shadowed(o) or self.act.is_varied(o) for o in ins.operands[1:])
+            if lost:
+                raise UnsupportedError(f"an atomic operation on differentiable memory "
+                                       f"(`{ins.text}`){self._where(ins)}")
+            return
+        elif op == "inttoptr" and self._pointer_as_integer():
+            raise UnsupportedError(f"a pointer rebuilt from an integer (`{ins.text}`) in a "
+                                   f"function that turns differentiable pointers into "
+                                   f"integers{self._where(ins)}: its shadow would be lost")
+        else:
+            return
+        if lost:
+            raise UnsupportedError(
+                f"a pointer to differentiable memory is stored where enzpy keeps no shadow "
+                f"(`{ins.text}`){self._where(ins)}; {self._container(ptr)} would lose the "
+                f"derivative of what it refers to{self._const_advice(ptr)}")
+
+    def _exception_info(self, ptr) -> bool:
+        """Numba's ``excinfo`` parameter: it receives the data of a raised
+        exception, which ends the call; no derivative flows through it."""
+        return self._roots(ptr) == {("arg", 1)} and len(self.fn.args) > 1 \
+            and self.fn.args[1].name == "excinfo"
+
+    def _pointer_as_integer(self) -> bool:
+        return any(ins.opcode == "ptrtoint" and self.act.is_shadowed(ins.operands[0])
+                   for b in self.fn.blocks for ins in b.instructions)
+
+    def _roots(self, ptr) -> set:
+        return pointer_roots(self.fn, ptr)
+
+    def _container(self, ptr) -> str:
+        """What the memory written through ``ptr`` is, for messages."""
+        for kind, name in self._roots(ptr):
+            ins = self.fn.defs.get(name) if kind != "arg" else None
+            if ins is not None and ins.opcode == "call":
+                return f"the object allocated by '{demangle(ins.callee)}'"
+            if kind == "arg":
+                return "the argument it is written into"
+        return "the memory it is written into"
+
+    def _const_advice(self, ptr) -> str:
+        """Advice to pass the written argument as Duplicated, where the memory
+        written is reached from an argument of the user's function."""
+        user_args = self.builder.user_args.get(self.fn.name, ())
+        if any(kind == "arg" and index in user_args for kind, index in self._roots(ptr)):
+            return (": pass the argument it writes as Duplicated(value, zero shadow), "
+                    "not Const")
+        return ""
 
     def _escapes(self, ins) -> bool:
         """A call outside enzpy's knowledge receiving a varied float (e.g. boxing
@@ -93,5 +159,10 @@ class DerivativeGenerator:
     def _callee(self, ins):
         key = id(ins)
         if key not in self.calls:
+            user_args = self.builder.user_args.get(self.fn.name, ())
+            passed = {k for k, a in enumerate(ins.args)
+                      if any(kind == "arg" and index in user_args
+                             for kind, index in self._roots(a))}
+            self.builder.user_args.setdefault(ins.callee, set()).update(passed)
             self.calls[key] = self.builder.derivative(ins.callee, self._callee_activity(ins))
         return self.calls[key]
