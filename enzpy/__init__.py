@@ -5,13 +5,14 @@ of Enzyme and compiles the derivative with llvmlite.
 """
 from .api import (Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse,
                   ReverseWithPrimal, autodiff, build_report, cache_info)
+from .arguments import zeros_like
 from .check import GradientCheck, check_gradient, gradient
-from .errors import UnsupportedError
+from .errors import InternalError, UnsupportedError
 from .higher import hessian, hvp, jacobian
 from . import jitted  # noqa: F401  (autodiff inside @njit code)
 
 __all__ = ["autodiff", "Reverse", "ReverseWithPrimal", "Forward", "ForwardWithPrimal",
-           "Active", "Const", "Duplicated", "UnsupportedError", "cache_info",
+           "Active", "Const", "Duplicated", "UnsupportedError", "InternalError", "cache_info",
            "build_report", "gradient", "check_gradient", "GradientCheck", "hvp", "hessian",
-           "jacobian"]
+           "jacobian", "zeros_like"]
 __version__ = "0.1.0"

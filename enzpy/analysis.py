@@ -21,11 +21,18 @@ POINTER_PROPAGATING = ("getelementptr", "bitcast", "addrspacecast", "phi", "sele
 # Numba runtime calls returning a new allocation that gets a shadow allocation:
 # a meminfo (arrays), or raw memory (e.g. the temporary copy of an overlapping slice).
 RAW_ALLOCATORS = ("NRT_Allocate", "NRT_Allocate_External")
+# (with a destructor: lists, jitclass instances; their shadows get the same one)
 ALLOCATORS = ("NRT_MemInfo_alloc_aligned", "NRT_MemInfo_alloc_safe_aligned",
-              "NRT_MemInfo_alloc", "NRT_MemInfo_alloc_safe", "NRT_MemInfo_new_varsize") \
-    + RAW_ALLOCATORS
+              "NRT_MemInfo_alloc", "NRT_MemInfo_alloc_safe", "NRT_MemInfo_new_varsize",
+              "NRT_MemInfo_alloc_dtor", "NRT_MemInfo_alloc_dtor_safe",
+              "NRT_MemInfo_new_varsize_dtor") + RAW_ALLOCATORS
 # Numba runtime calls returning a pointer into their (first) argument's allocation.
 DERIVED_POINTERS = ("NRT_MemInfo_data_fast", "NRT_MemInfo_data")
+# Numba runtime calls giving the allocation of their first argument (a
+# variable-size meminfo: a list's) new data, returned: the shadow allocation
+# is resized alike. (Never recomputed: the reverse sweep finds the data again
+# through the meminfo.)
+RESIZERS = ("NRT_MemInfo_varsize_realloc", "NRT_MemInfo_varsize_alloc")
 
 
 @dataclass
@@ -213,7 +220,7 @@ class Activity:
         if op == "call":
             if ins.callee in ALLOCATORS:
                 return True
-            if ins.callee in DERIVED_POINTERS:
+            if ins.callee in DERIVED_POINTERS or ins.callee in RESIZERS:
                 return self._shadowed_operand(ins.operands[0])
         return False
 
@@ -305,7 +312,7 @@ def pointer_roots(fn: Function, value, seen=None) -> set:
         return set().union(*(pointer_roots(fn, o, seen) for o in ops))
     if ins.opcode == "alloca" or ins.callee in ALLOCATORS:
         return {("local", ins.name)}
-    if ins.callee in DERIVED_POINTERS:
+    if ins.callee in DERIVED_POINTERS or ins.callee in RESIZERS:
         return pointer_roots(fn, ins.operands[0], seen)
     return {("unknown", ins.name)}
 

@@ -8,9 +8,11 @@ and edges the reverse sweep will pop, and the per-call frame at return.
 from __future__ import annotations
 
 from .emitter import Emitter
-from .ir import Value, contains_pointer, local
+from .ir import Value, contains_float, contains_pointer, local
 from .memory import (ALLOCATORS, FREES, null_shadow, shadow_name, slot_at, strip_metadata,
                      zero_allocation)
+from .analysis import RAW_ALLOCATORS, RESIZERS
+from .runtime import resize_shadow
 from .tape import PUSH, slot_bytes
 
 INLINE_LIMIT = 120         # instructions of a primal function whose derivative may be inlined
@@ -82,21 +84,25 @@ class AugmentedForward:
             e.emit(f"{local(ins.name)} = call {ins.type} @\"{callee.aug_name}\"({argtext})"
                    if ins.name else f"call {ins.type} @\"{callee.aug_name}\"({argtext})")
             return
-        if ins.opcode == "call" and ins.callee in FREES and (
-                self._postponed(ins) or self._freed_by_reverse(ins)):
+        if ins.opcode == "call" and self._freed_by_reverse(ins):
             return      # postponed to the reverse sweep
         e.emit(strip_metadata(ins.text))
         if ins.opcode == "call" and ins.callee in FREES and self.act.is_shadowed(ins.args[0]):
             e.emit(f'call void @"{ins.callee}"(ptr {self.forward_shadow(ins.args[0]).ref})')
         if ins.opcode == "store":
             value, ptr = ins.operands
-            if self.act.is_shadowed(ptr) and contains_pointer(value.type):
-                # Shadow memory mirrors pointers with their shadows.
+            if self.act.is_shadowed(ptr) and not contains_float(value.type):
+                # Shadow memory mirrors pointers with their shadows, and
+                # integers (a shadow list's length, for its destructor).
+                mirrored = self.forward_shadow(value) if contains_pointer(value.type) \
+                    else value
                 addr = self.guard(self.forward_shadow(ptr), write=True)
-                e.emit(f"store {value.type} {self.forward_shadow(value).ref}, "
-                       f"ptr {addr.ref}, align 1")
+                e.emit(f"store {value.type} {mirrored.ref}, ptr {addr.ref}, align 1")
         elif ins.opcode == "call":
             self._forward_runtime_call(ins)
+        if ins.callee in ALLOCATORS and ins.callee not in RAW_ALLOCATORS and \
+                ins.name not in self.act.shadowed:
+            self._hold_for_reverse(e, ins, None)
         if ins.name in self.act.shadowed:
             sname = local(shadow_name(ins.name))
             if ins.opcode == "alloca":
@@ -106,8 +112,13 @@ class AugmentedForward:
                 args = ", ".join(a.typed() for a in ins.args)
                 e.emit(f'{sname} = call ptr @"{ins.callee}"({args})')
                 zero_allocation(e, ins, Value(sname, "ptr", "inst"))
+                if ins.callee not in RAW_ALLOCATORS:
+                    self._hold_for_reverse(e, ins, Value(sname, "ptr", "inst"))
+            elif ins.callee in RESIZERS:
+                resized = resize_shadow(e, ins, self.forward_shadow(ins.args[0]))
+                e.emit(f"{sname} = getelementptr i8, ptr {resized.ref}, i64 0")
             else:
-                e.emit(f"{sname} = " + self._shadow_text(ins, lambda v: v, self.forward_shadow))
+                self.shadow_value(e, ins, lambda v: v, self.forward_shadow, shadow_name(ins.name))
 
     def _forward_runtime_call(self, ins):
         """Shadow bookkeeping for Numba runtime calls and memory intrinsics."""
@@ -117,7 +128,8 @@ class AugmentedForward:
             e.emit(f'call void @"NRT_incref"(ptr {self.forward_shadow(ins.args[0]).ref})')
         elif callee.startswith(("llvm.memset", "llvm.memcpy", "llvm.memmove")):
             dst = ins.args[0]
-            if self.act.is_shadowed(dst) and self._holds_pointers(dst):
+            if self.act.is_shadowed(dst) and (self._set_type(ins) if callee.startswith(
+                    "llvm.memset") else self._copied_type(ins)) == "ptr":
                 args = [self.guard(self.forward_shadow(dst), write=True).typed()]
                 src = ins.args[1]
                 args.append(self.guard(self.forward_shadow(src)).typed()

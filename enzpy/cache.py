@@ -14,7 +14,7 @@ from functools import cached_property
 
 from . import rules
 from .errors import UnsupportedError
-from .frontend import demangle
+from .frontend import demangle, lowered_by_symbol
 from .ir import local, tangent_name
 from .analysis import ReadOnlyMemory, split_loop_exits
 from .custom import custom_derivative, custom_forward, custom_function
@@ -82,6 +82,8 @@ class ModuleBuilder:
         self._pending = []
         self._lines = {}
         self._elements = {}
+        # symbol -> parameters that receive memory of the user's own arguments
+        self.user_args = {}
 
     # -- queries from the generators ------------------------------------------
     @cached_property
@@ -102,7 +104,7 @@ class ModuleBuilder:
             name = name[len(prefix):] if name.startswith(prefix) else name
             symbol = tangent.group(1)
             index = [a.name for a in self.module.functions[symbol].args].index(name)
-        low = self.lowered.get(symbol)
+        low = self.lowered.get(symbol) or lowered_by_symbol(symbol)
         if low is None:
             return None
         if symbol not in self._elements:
@@ -174,6 +176,7 @@ class ModuleBuilder:
 
     # -- building -------------------------------------------------------------
     def build(self, symbol, activity) -> FunctionDerivative:
+        self.user_args[symbol] = set(range(len(activity)))
         root = self.derivative(symbol, activity)
         while self._pending:
             deriv = self._pending.pop()
@@ -217,24 +220,25 @@ def _slot(ret_slot_type) -> str:
 
 
 def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
-                   shadow_arrays=(), shadowed_fields=(0, 4)) -> str:
-    """``i32 name(ptr out, ptr excinfo, args..., shadow arrays...)``: forward,
+                   shadows=()) -> str:
+    """``i32 name(ptr out, ptr excinfo, args..., shadows...)``: forward,
     seed, reverse, free.
 
     ``out`` receives ``{ adjoints..., primal, i64 peak tape bytes }``;
-    ``shadow_arrays`` lists the LLVM parameter types of each shadow array, whose
-    ``shadowed_fields`` are the shadows of the root's 'dup' parameters, in order.
+    ``shadows`` lists, per shadow argument, the LLVM types of its parameters
+    and the positions among them of the shadows of the root's 'dup'
+    parameters, in order.
     """
     fn = root.fn
     user = fn.args[2:]
-    shadow_params = [(t, f"%s{j}.{k}") for j, types_ in enumerate(shadow_arrays)
+    shadow_params = [(t, f"%s{j}.{k}") for j, (types_, _) in enumerate(shadows)
                      for k, t in enumerate(types_)]
     params = ", ".join([f"{a.type} {local(a.name)}" for a in user]
                        + [f"{t} {ref}" for t, ref in shadow_params])
     args = ["ptr %ret", "ptr %excinfo"] + [f"{a.type} {local(a.name)}" for a in user]
     if return_active:
         args.append("ptr %shadow.ret")
-    args += [f"ptr %s{j}.{k}" for j in range(len(shadow_arrays)) for k in shadowed_fields]
+    args += [f"ptr %s{j}.{k}" for j, (_, fields) in enumerate(shadows) for k in fields]
     args.append("ptr %tape")
     argtext = ", ".join(args)
     adj_types = [a.type for a in root.adjoint_args]

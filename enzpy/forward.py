@@ -17,12 +17,13 @@ mode can differentiate it again, which is how second derivatives are built.
 from __future__ import annotations
 
 from . import rules
-from .analysis import ALLOCATORS, DERIVED_POINTERS
+from .analysis import ALLOCATORS, DERIVED_POINTERS, RESIZERS
 from .emitter import Emitter
 from .errors import UnsupportedError
 from .generator import DerivativeGenerator
 from .ir import Value, contains_float, contains_pointer, is_float_type, local, tangent_name
 from .memory import FREES, ShadowMemory, strip_metadata, zero_allocation
+from .runtime import RESIZE_TANGENT, RESIZE_TANGENT_FUNCTION, resize_shadow
 
 SINK_READ = "enzpy.fwd.zeros"
 SINK_WRITE = "enzpy.fwd.trash"
@@ -150,7 +151,7 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
         if op == "freeze":
             return e.define(ty, f"freeze {ty} {d(ins.operands[0]).ref}")
         if op == "getelementptr" or ins.callee in DERIVED_POINTERS:
-            return e.define(ty, self._shadow_text(ins, lambda v: v, d))
+            return self.shadow_value(e, ins, lambda v: v, d)
         if op == "alloca":
             shadow = e.define("ptr", f"alloca {ins.source_type}, align 16")
             end = e.define("ptr", f"getelementptr {ins.source_type}, ptr null, i32 1")
@@ -162,6 +163,8 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
             shadow = e.call(ins.callee, "ptr", ins.args)
             zero_allocation(e, ins, shadow)
             return shadow
+        if ins.callee in RESIZERS:
+            return resize_shadow(e, ins, self.derivative(ins.args[0]), RESIZE_TANGENT_FUNCTION)
         if op == "call" and not ins.callee:
             raise UnsupportedError(f"indirect call with active arguments `{ins.text}`"
                                    f"{self._where(ins)}")
@@ -208,16 +211,11 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
                 e.call("enzpy.fwd.zero", "void", [self.derivative(dst), ins.args[2]])
         elif callee.startswith(("llvm.memcpy", "llvm.memmove")):
             dst, src = ins.args[:2]
-            if self.act.is_shadowed(dst) or self.act.is_shadowed(src):
-                e.call(f"enzpy.fwd.copy.{self._element(ins)}", "void",
+            element = self._copied_type(ins) if (self.act.is_shadowed(dst) or
+                                                 self.act.is_shadowed(src)) else None
+            if element is not None:
+                e.call(f"enzpy.fwd.copy.{element}", "void",
                        [self.derivative(dst), self.derivative(src), ins.args[2]])
-
-    def _element(self, ins) -> str:
-        """The type a bulk memory operation moves: pointers (shadow memory
-        mirrors them) or the float type its loads and stores use."""
-        if self._holds_pointers(ins.args[0]):
-            return "ptr"
-        return self._float_element(ins)
 
     def _call(self, ins):
         callee = self._callee(ins)
@@ -322,6 +320,7 @@ exit:
 FORWARD_RUNTIME = (
     f"@{SINK_READ} = internal constant [1024 x i8] zeroinitializer, align 64\n"
     f"@{SINK_WRITE} = internal global [1024 x i8] zeroinitializer, align 64\n"
-    + _ZERO + _copy("double", 8) + _copy("float", 4) + _copy("ptr", 8) + _dot("double") + _dot("float"))
+    + _ZERO + _copy("double", 8) + _copy("float", 4) + _copy("ptr", 8) + _dot("double") + _dot("float")
+    + RESIZE_TANGENT)
 FORWARD_RUNTIME_FUNCTIONS = {f"enzpy.fwd.copy.{ty}" for ty in ("double", "float", "ptr")} | {
-    "enzpy.fwd.zero", "enzpy.fwd.dot.double", "enzpy.fwd.dot.float"}
+    "enzpy.fwd.zero", "enzpy.fwd.dot.double", "enzpy.fwd.dot.float", RESIZE_TANGENT_FUNCTION}

@@ -1,7 +1,7 @@
 """Second derivatives and Jacobians, built from the two modes.
 
 ``hvp`` is reverse mode over forward mode: one derivative module per function
-and argument types, built once (see ``api._build_hvp``). ``hessian`` calls it
+and argument types, built once (see ``pipeline.Build._transform_hvp``). ``hessian`` calls it
 once per basis vector; ``jacobian`` runs forward mode once per basis vector.
 """
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numba
 import numpy as np
 from numba import types
 
-from .api import (_ANNOTATIONS, Annotation, Const, Duplicated, Forward, _build_hvp,
-                  _check_aliases, autodiff,
-                  _dispatcher, _entries, _is_float_scalar, _signature_key)
+from .api import (_ANNOTATIONS, Annotation, Const, Duplicated, Forward, _check_aliases,
+                  _dispatcher, _is_float_scalar, _signature_key, autodiff)
 from .cache import STATS
+from .pipeline import build, entries
 
 
 def _plain_consts(consts):
@@ -54,9 +54,11 @@ def hvp(f, x, v, *args):
         raise TypeError(f"hvp: x is a scalar, so v must be a float, got {type(v).__name__}")
     key = ("hvp", disp, _signature_key(Duplicated(x, x)),
            tuple(_signature_key(c) for c in consts))
-    entry = _entries.get(key)
+    entry = entries.get(key)
     if entry is None:
-        entry = _build_hvp(disp, x, consts, key)
+        signature = [("Duplicated", numba.typeof(x), numba.typeof(x))] + [
+            ("Const", numba.typeof(c), None) for c in consts]
+        entry = build(disp, signature, "hvp", key)
     else:
         STATS.hits += 1
     _check_aliases(entry, (x, *consts, v))

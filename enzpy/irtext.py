@@ -288,7 +288,47 @@ def element_type(ty: str, index: int) -> str:
     raise ValueError(f"cannot index type {ty}")
 
 
+def type_text(ty) -> str:
+    """An llvmlite ``ir`` type as IR text of the model: pointers opaque,
+    named structs spelled out (see ``inline_named_types``)."""
+    from llvmlite import ir
+    if isinstance(ty, ir.PointerType):
+        return "ptr"
+    if isinstance(ty, (ir.LiteralStructType, ir.IdentifiedStructType)):
+        body = ", ".join(type_text(t) for t in ty.elements)
+        return f"<{{ {body} }}>" if ty.packed else f"{{ {body} }}"
+    if isinstance(ty, ir.ArrayType):
+        return f"[{ty.count} x {type_text(ty.element)}]"
+    if isinstance(ty, ir.VectorType):
+        return f"<{ty.count} x {type_text(ty.element)}>"
+    return str(ty)
+
+
+_TYPE_DEFINITION = re.compile(r'^(%(?:"[^"]*"|[-\w.$]+)) = type (.*)$', re.M)
+
+
+def inline_named_types(text: str) -> str:
+    """``text`` with each named struct type (``%T = type { ... }``, e.g.
+    Numba's deferred types of recursive jitclasses) replaced by its body: the
+    IR model reads types from their spelling. (With opaque pointers no struct
+    contains itself, so the expansion ends.)"""
+    bodies = {name: body for name, body in _TYPE_DEFINITION.findall(text)
+              if body.strip() != "opaque"}
+    if not bodies:
+        return text
+    text = _TYPE_DEFINITION.sub(lambda m: "" if m.group(1) in bodies else m.group(0), text)
+    names = re.compile("|".join(re.escape(n) for n in sorted(bodies, key=len, reverse=True))
+                       + r'(?![-\w.$"])')
+    for _ in range(len(bodies) + 1):
+        expanded = names.sub(lambda m: bodies[m.group(0)], text)
+        if expanded == text:
+            break
+        text = expanded
+    return text
+
+
 def read_module_text(text: str) -> Module:
+    text = inline_named_types(text)
     functions, declarations = {}, {}
     lines = text.splitlines()
     i = 0

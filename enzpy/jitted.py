@@ -15,7 +15,7 @@ from numba.core.imputils import lower_constant
 from numba.extending import (lower_builtin, make_attribute_wrapper, models,
                              overload, register_model, type_callable, typeof_impl)
 
-from . import api
+from . import pipeline
 from .api import Active, Const, Duplicated, Mode, autodiff
 from .cache import STATS
 
@@ -91,9 +91,11 @@ def _autodiff_jitted(mode, f, *args):
                  (Const, a, None) for a in args]
     _check_signature(disp, signature, mode)
     key = ("njit", disp, mode.reverse, tuple(map(tuple, signature)))
-    entry = api._entries.get(key)
+    entry = pipeline.entries.get(key)
     if entry is None:
-        entry = api._build(disp, signature, key, mode)
+        typed = [(kind.__name__, ty, ty if kind is Duplicated and isinstance(ty, types.Float)
+                  else shadow) for kind, ty, shadow in signature]
+        entry = pipeline.build(disp, typed, "reverse" if mode.reverse else "forward", key)
     else:
         STATS.hits += 1
     return _implementation(entry, mode, signature,

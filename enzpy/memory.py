@@ -9,15 +9,46 @@ reverse sweep may still need the memory), and bulk copies.
 from __future__ import annotations
 
 from .analysis import (ALLOCATORS, DERIVED_POINTERS, POINTER_PROPAGATING, RAW_ALLOCATORS,
-                       pointer_roots)
+                       RESIZERS)
 from .custom import BLAS_UNSUPPORTED
 from .emitter import Emitter
 from .errors import UnsupportedError
-from .ir import Instruction, Value, contains_float, contains_pointer, is_float_type, local
+from .ir import (Instruction, Value, contains_float, contains_pointer, is_float_type, local,
+                 split_top)
 from .tape import SINK_READ, SINK_WRITE, slot_bytes
 
 FREES = ("NRT_decref", "NRT_Free")
 _METADATA = __import__("re").compile(r",\s*!\w+\s+!\d+")
+
+
+# Calls that receive a pointer to copied memory without reading its content as
+# data: reference counts, a meminfo's data pointer, lifetime markers.
+_OPAQUE_SAFE = __import__("re").compile(
+    r"^(NRT_(incref|decref|MemInfo_data_fast|MemInfo_data)|llvm\.(lifetime|assume))")
+
+
+# Calls that write no memory a memset could have initialized.
+_WRITES_NO_MEMORY = __import__("re").compile(
+    r"^(NRT_(incref|decref|MemInfo_data_fast|MemInfo_data)$|llvm\.(?!mem))")
+
+
+def _scalar_kind(ty: str):
+    """'ptr', a float type, 'int', or None (an aggregate: see its leaves)."""
+    if ty == "ptr" or is_float_type(ty):
+        return ty
+    if ty.startswith("i"):
+        return "int"
+    return None
+
+
+def _leaf_types(ty: str) -> list:
+    """The scalar types an aggregate type is made of."""
+    ty = ty.strip()
+    if ty.startswith("{") or ty.startswith("<{"):
+        return [leaf for t in split_top(ty.strip("<>{} ")) for leaf in _leaf_types(t)]
+    if ty.startswith("[") or ty.startswith("<"):
+        return _leaf_types(ty[1:-1].split(" x ", 1)[1])
+    return [ty]
 
 
 def shadow_name(name: str) -> str:
@@ -25,6 +56,10 @@ def shadow_name(name: str) -> str:
 
 
 def explain(callee: str) -> str:
+    if callee.startswith(("numba_list_", "numba_dict_")):
+        kind = "numba.typed.List" if callee.startswith("numba_list_") else "numba.typed.Dict"
+        return (f"; this is {kind}, whose C implementation enzpy cannot differentiate yet: "
+                f"use a list ([...]), a tuple, an array or a jitclass object")
     if callee in BLAS_UNSUPPORTED:
         return ("; this is BLAS, which Numba calls for np.dot / @ on 2-D arrays: enzpy has "
                 "no derivative for it yet (write the product as loops)")
@@ -89,29 +124,74 @@ class ShadowMemory:
             for pointer in (self.primal(ins.value, block), self.shadow(ins.value, block)):
                 e.call("NRT_Free", "void", [pointer])
             return True
+        if callee in ALLOCATORS:
+            # Drop the reference the reverse sweep held (see _hold_for_reverse).
+            e.call("NRT_decref", "void", [self.primal(ins.value, block)])
+            if self.act.is_shadowed(ins.value):
+                e.call("NRT_decref", "void", [self.shadow(ins.value, block)])
+            return True
         if callee in FREES:
-            if not self._postponed(ins) or self._freed_by_reverse(ins):
-                return True
-            # The forward sweep postponed the free to here, after every use.
-            p = ins.args[0]
-            e.call(callee, "void", [self.primal(p, block)])
-            if self.act.is_shadowed(p):
-                e.call(callee, "void", [self.shadow(p, block)])
             return True
         if callee.startswith("llvm.memset") and self.act.is_shadowed(ins.args[0]):
-            e.call("enzpy.memzero", "void", [self.shadow(ins.args[0], block),
-                                             self.primal(ins.args[2], block)])
+            # The bytes set carry no adjoint. Shadow pointers are left alone
+            # (the destructor of a shadow container still needs them).
+            if self._set_type(ins) != "ptr" and not self._initializes(ins):
+                e.call("enzpy.memzero", "void", [self.shadow(ins.args[0], block),
+                                                 self.primal(ins.args[2], block)])
             return True
         if callee.startswith(("llvm.memcpy", "llvm.memmove")) and (
                 self.act.is_shadowed(ins.args[0]) or self.act.is_shadowed(ins.args[1])):
-            if self._holds_pointers(ins.args[0]):
+            elt = self._copied_type(ins)
+            if elt in (None, "ptr"):
                 return True
-            elt = self._float_element(ins)
             e.call(f"enzpy.memcpy.adjoint.{elt}", "void",
                    [self.shadow(ins.args[0], block), self.shadow(ins.args[1], block),
                     self.primal(ins.args[2], block)])
             return True
         return False
+
+    def _set_type(self, ins):
+        """What a memset writes over: as ``_copied_type``, or None when unknown."""
+        try:
+            return self._copied_type(ins)
+        except UnsupportedError:
+            return None
+
+    def _initializes(self, ins) -> bool:
+        """A memset of a fresh allocation, reached from the allocation along a
+        straight path (blocks with one predecessor) with no float written and
+        nothing called there (Numba's initialization of a list's items): no
+        adjoint can reach what it overwrites, so its reverse has nothing to
+        zero (zeroing could wipe the shadow pointers of containers holding both
+        pointers and floats)."""
+        root = self._root(ins.args[0])[2]
+        if root is None or root.callee not in ALLOCATORS:
+            return False
+        block, end = ins.block, ins.block.instructions.index(ins)
+        while True:
+            body = block.instructions[:end]
+            start = body.index(root) + 1 if root.block is block else 0
+            for other in body[start:]:
+                if other.opcode == "store" and contains_float(other.operands[0].type):
+                    return False
+                if other.opcode == "call" and not _WRITES_NO_MEMORY.match(other.callee):
+                    return False
+            if root.block is block:
+                return True
+            preds = self.cfg.preds(block.name)
+            if len(preds) != 1:
+                return False
+            block = self.fn.block_map[preds[0]]
+            end = len(block.instructions)
+
+    def _hold_for_reverse(self, e, ins, shadow):
+        """The reverse sweep holds one reference to every allocation (and its
+        shadow), dropped by the reverse of the allocation, which comes after
+        the reverse of every use: the forward sweep frees nothing the reverse
+        sweep still reads, whatever the order of Numba's reference counting."""
+        e.call("NRT_incref", "void", [ins.value])
+        if shadow is not None:
+            e.call("NRT_incref", "void", [shadow])
 
     def _freed_by_reverse(self, ins) -> bool:
         """A free of raw memory with a shadow: the reverse of its allocation frees
@@ -119,75 +199,107 @@ class ShadowMemory:
         free itself comes before the reverse of the uses before it."""
         return ins.callee == "NRT_Free" and self.act.is_shadowed(ins.args[0])
 
-    def _postponed(self, ins) -> bool:
-        """Whether a free waits for the reverse sweep. Memory reached through
-        an argument stays alive in the caller, so only frees of this
-        function's own allocations (or of pointers loaded from memory) wait."""
-        roots = pointer_roots(self.fn, ins.args[0])
-        return not roots or any(kind != "arg" for kind, _ in roots)
-
     def _root(self, v: Value):
         """The allocation, argument or load a pointer is derived from, as
-        (kind, name, instruction or None)."""
+        (kind, name, instruction or None); a meminfo's data is its meminfo's."""
         while v.kind == "inst":
             ins = self.fn.defs[v.name]
-            if ins.opcode in ("getelementptr", "bitcast", "addrspacecast", "freeze"):
+            if ins.opcode in ("getelementptr", "bitcast", "addrspacecast", "freeze") or \
+                    ins.callee in DERIVED_POINTERS or ins.callee in RESIZERS:
                 v = ins.operands[0]
             else:
                 return ("inst", ins.name, ins)
         return (v.kind, v.name or v.ref, None)
 
-    def _holds_pointers(self, ptr: Value) -> bool:
-        root = self._root(ptr)[2]
-        return root is not None and root.opcode == "alloca" and \
-            contains_pointer(root.source_type) and not contains_float(root.source_type)
-
-    def _float_element(self, ins) -> str:
-        """The float type a memcpy moves: from the loads and stores on the memory
-        it copies from or to (following chains of copies), and from the types of
-        the arrays received as arguments or passed to calls there."""
-        roots = {self._root(a)[:2] for a in ins.args[:2]}
+    def _copied_type(self, ins):
+        """What a memcpy/memmove moves (or a memset sets): ``'ptr'`` (shadow memory mirrors
+        pointers with their shadows), a float type, or None for memory holding
+        only integers. Decided from every load and store on the memory it
+        copies from or to (following chains of copies), the allocas' types and
+        the types of the arrays received as arguments or passed to calls there;
+        memory holding both pointers and floats, or whose content is unknown,
+        is refused."""
+        roots = {self._root(a)[:2] for a in ins.args[:2] if a.type == "ptr"}
         copies = [other for b in self.fn.blocks for other in b.instructions
                   if other.opcode == "call"
-                  and other.callee.startswith(("llvm.memcpy", "llvm.memmove"))]
+                  and other.callee.startswith(("llvm.memcpy", "llvm.memmove", "llvm.memset"))]
+        bulk = {id(other) for other in copies}
         grown = True
         while grown:                # copies sharing memory with this one move the same type
             grown = False
             for other in copies:
-                touched = {self._root(a)[:2] for a in other.args[:2]}
+                touched = {self._root(a)[:2] for a in other.args[:2] if a.type == "ptr"}
                 if touched & roots and not touched <= roots:
                     roots |= touched
                     grown = True
-        found = set()
+        found, unknown = set(), False
         for b in self.fn.blocks:
             for other in b.instructions:
                 if other.opcode in ("load", "store"):
                     ptr = other.operands[0] if other.opcode == "load" else other.operands[1]
                     ty = other.type if other.opcode == "load" else other.operands[0].type
-                    if is_float_type(ty) and self._root(ptr)[:2] in roots:
-                        found.add(ty)
-                elif other.opcode == "call" and other.callee:
+                    if self._root(ptr)[:2] in roots:
+                        found.add(_scalar_kind(ty))
+                elif id(other) in bulk:
+                    continue
+                elif other.opcode == "call":
                     for index, a in enumerate(other.args):
-                        if a.type == "ptr" and self._root(a)[:2] in roots:
-                            found.add(self.builder.data_pointer_type(other.callee, index))
+                        if a.type != "ptr" or self._root(a)[:2] not in roots:
+                            continue
+                        element = self.builder.data_pointer_type(other.callee, index) \
+                            if other.callee else None
+                        if element is not None:
+                            found.add(element)
+                        elif not _OPAQUE_SAFE.match(other.callee or ""):
+                            unknown = True
         names = [a.name for a in self.fn.args]
         for kind, name in roots:
             if kind == "arg":
-                found.add(self.builder.data_pointer_type(self.fn.name, names.index(name)))
+                element = self.builder.data_pointer_type(self.fn.name, names.index(name))
+                found.add(element)
+                unknown |= element is None
+            elif kind == "inst" and self.fn.defs[name].opcode == "alloca":
+                source = self.fn.defs[name].source_type
+                found |= {_scalar_kind(t) for t in _leaf_types(source)}
+            elif kind != "inst" or self.fn.defs[name].opcode != "call" or \
+                    self.fn.defs[name].callee not in ALLOCATORS:
+                unknown = True
         found.discard(None)
-        if len(found) != 1:
-            raise UnsupportedError(f"cannot tell which float type `{ins.text}` copies"
-                                   f"{self._where(ins)}")
-        return found.pop()
+        found.discard("int")
+        if found == {"ptr"} or (len(found) == 1 and found <= {"double", "float"}):
+            return found.pop()
+        if found:
+            raise UnsupportedError(f"`{ins.text}` copies memory holding both pointers and "
+                                   f"floats (or floats of two types){self._where(ins)}")
+        if unknown:
+            raise UnsupportedError(f"cannot tell what `{ins.text}` copies{self._where(ins)}")
+        return None
+
+    def shadow_value(self, e, ins, primal, shadow, name=None) -> Value:
+        """Emit the same address computation as ``ins`` on shadow pointers
+        (into ``name`` if given). An address computed from a null shadow (the
+        shadow of memory that carries no derivative: a Const array kept in a
+        list beside shadowed ones) stays null, so ``guard`` sees it."""
+        ty = ins.type
+        if ins.opcode == "getelementptr":
+            base = shadow(ins.operands[0])
+            flags = "inbounds " if " inbounds " in ins.text else ""
+            indices = "".join(f", {i.type} {primal(i).ref}" for i in ins.operands[1:])
+            text = f"getelementptr {flags}{ins.source_type}, ptr {base.ref}{indices}"
+            if base.ref != "null" and not self._never_null(base):
+                address = e.define(ty, text)
+                is_null = e.define("i1", f"icmp eq ptr {base.ref}, null")
+                text = f"select i1 {is_null.ref}, ptr null, ptr {address.ref}"
+        else:
+            text = self._shadow_text(ins, primal, shadow)
+        if name is None:
+            return e.define(ty, text)
+        e.emit(f"{local(name)} = {text}")
+        return Value(local(name), ty, "inst", name)
 
     def _shadow_text(self, ins, primal, shadow) -> str:
-        """The same address computation as ``ins``, on shadow pointers."""
+        """The same computation as ``ins`` (but a getelementptr), on shadows."""
         op, ty = ins.opcode, ins.type
-        if op == "getelementptr":
-            base, *idx = ins.operands
-            flags = "inbounds " if " inbounds " in ins.text else ""
-            indices = "".join(f", {i.type} {primal(i).ref}" for i in idx)
-            return f"getelementptr {flags}{ins.source_type}, ptr {shadow(base).ref}{indices}"
         if op == "select":
             c, a, b = ins.operands
             return f"select i1 {primal(c).ref}, {ty} {shadow(a).ref}, {ty} {shadow(b).ref}"

@@ -235,8 +235,8 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             return e.define("ptr", f"getelementptr inbounds i8, ptr {mem.ref}, "
                                    f"i64 {self.shadow_memory[ins.name]}")
         if key[0] == "s":
-            return e.define(ins.type, self._shadow_text(
-                ins, lambda v: self.primal(v, block, depth), lambda v: self.shadow(v, block, depth)))
+            return self.shadow_value(e, ins, lambda v: self.primal(v, block, depth),
+                                     lambda v: self.shadow(v, block, depth))
         if ins.opcode == "load":
             addr = self.primal(ins.operands[0], block, depth)
             return e.define(ins.type, f"load {ins.type}, ptr {addr.ref}")
@@ -417,6 +417,12 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         if op == "store":
             value, ptr = ins.operands
             if self.act.is_shadowed(ptr) and contains_float(value.type):
+                if contains_pointer(value.type) and value.kind == "const":
+                    # a constant (Numba's nulling of a new jitclass object):
+                    # its float leaves carry no adjoint; shadow pointers stay
+                    zero_float_leaves(e, value.type, self.guard(self.shadow(ptr, block),
+                                                                write=True))
+                    return
                 if contains_pointer(value.type):
                     raise UnsupportedError(f"a store of a value holding both floats and "
                                            f"pointers (`{ins.text}`){self._where(ins)}")
@@ -525,6 +531,28 @@ def _rewrite(ins, ops) -> str:
     # binary operators, keeping flags such as nsw / exact
     flags = re.match(r"^\s*%\S+\s*=\s*\w+((?:\s+(?:nsw|nuw|exact|disjoint))*)", ins.text)
     return f"{op}{flags.group(1) if flags else ''} {t[0]}, {ops[1].ref}"
+
+
+def zero_float_leaves(e: Emitter, root: str, ptr: Value, ty=None, path=()):
+    """Store 0 into every float leaf of the value of type ``root`` at ``ptr``."""
+    ty = root if ty is None else ty
+    if is_float_type(ty):
+        address = ptr.ref
+        if path:
+            indices = ", ".join(f"i32 {k}" for k in (0,) + path)
+            address = e.define("ptr", f"getelementptr {root}, ptr {ptr.ref}, {indices}").ref
+        e.emit(f"store {ty} {e.zero(ty).ref}, ptr {address}, align 1")
+        return
+    if ty.startswith("{") or ty.startswith("<{"):
+        fields = split_top(ty.strip("<>{} "))
+    elif ty.startswith("["):
+        count, elt = ty[1:-1].split(" x ", 1)
+        fields = [elt.strip()] * int(count)
+    else:
+        return
+    for k, field in enumerate(fields):
+        if contains_float(field):
+            zero_float_leaves(e, root, ptr, field, path + (k,))
 
 
 def add_values(e: Emitter, a: Value, b: Value) -> Value:

@@ -116,7 +116,8 @@ INACTIVE_CALLS = re.compile(
 # Runtime calls on memory whose shadows the transformation itself maintains
 # (see reverse.py): reference counts, allocation data pointers, bulk copies.
 MEMORY_CALLS = re.compile(
-    r"^(NRT_(incref|decref|Free|MemInfo_data_fast|MemInfo_data|MemInfo_alloc\w*|Allocate\w*)|"
+    r"^(NRT_(incref|decref|Free|MemInfo_data_fast|MemInfo_data|MemInfo_alloc\w*|Allocate\w*|"
+    r"MemInfo_new_varsize\w*|MemInfo_varsize_(alloc|realloc))|"
     r"llvm\.(memset|memcpy|memmove)\.)")
 
 _INTRINSIC_NAME = re.compile(r"^llvm\.([a-z0-9_]+?)(\.[a-z]\w*)*$")

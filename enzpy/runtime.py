@@ -4,7 +4,60 @@ A null shadow pointer means the memory carries no derivative: the helpers then
 do nothing to it.
 """
 
+from .ir import Value
+
 FLOAT_BYTES = {"double": 8, "float": 4}
+
+# Offset of ``size`` in Numba's NRT_MemInfo {refct, dtor, dtor_info, data, size, ...}.
+_MEMINFO_SIZE_OFFSET = 32
+
+def _resize_shadow(name: str) -> str:
+    """Both modes resize a shadow list's data with the primal's (see
+    analysis.RESIZERS), each with a helper of its own name (forward mode's
+    tangent functions are read again by reverse mode, which adds its own)."""
+    return f"""
+; The shadow of a variable-size allocation resized by ``resize`` (Numba's
+; varsize realloc, or alloc when ``keeps`` is false): the bytes it keeps stay,
+; the new ones are zero. Nothing when the shadow is null.
+define internal ptr @{name}(ptr %mi, i64 %size, ptr %resize, i1 %keeps) {{
+entry:
+  %null = icmp eq ptr %mi, null
+  br i1 %null, label %none, label %go
+none:
+  ret ptr null
+go:
+  %sizep = getelementptr inbounds i8, ptr %mi, i64 {_MEMINFO_SIZE_OFFSET}
+  %old = load i64, ptr %sizep
+  %kept = select i1 %keeps, i64 %old, i64 0
+  %data = call ptr %resize(ptr %mi, i64 %size)
+  %grew = icmp ugt i64 %size, %kept
+  %ok = icmp ne ptr %data, null
+  %zero = and i1 %grew, %ok
+  br i1 %zero, label %fill, label %done
+fill:
+  %tail = getelementptr inbounds i8, ptr %data, i64 %kept
+  %n = sub i64 %size, %kept
+  call void @llvm.memset.p0.i64(ptr %tail, i8 0, i64 %n, i1 false)
+  br label %done
+done:
+  ret ptr %data
+}}
+"""
+
+
+RESIZE_SHADOW_FUNCTION = "enzpy.varsize.resize"
+RESIZE_SHADOW = _resize_shadow(RESIZE_SHADOW_FUNCTION)
+RESIZE_TANGENT_FUNCTION = "enzpy.fwd.varsize.resize"
+RESIZE_TANGENT = _resize_shadow(RESIZE_TANGENT_FUNCTION)
+
+
+def resize_shadow(e, ins, shadow_meminfo, helper=RESIZE_SHADOW_FUNCTION):
+    """Emit the shadow's resize beside ``ins``, a call to one of ``RESIZERS``."""
+    keeps = "true" if ins.callee.endswith("realloc") else "false"
+    return e.call(helper, "ptr",
+                  [shadow_meminfo, ins.args[1], Value(f'@"{ins.callee}"', "ptr", "global"),
+                   Value(keeps, "i1", "const")])
+
 
 
 def _memcpy_adjoint(ty: str) -> str:
@@ -43,7 +96,7 @@ exit:
 """
 
 
-MEMORY_RUNTIME = _memcpy_adjoint("double") + _memcpy_adjoint("float") + """
+MEMORY_RUNTIME = _memcpy_adjoint("double") + _memcpy_adjoint("float") + RESIZE_SHADOW + """
 ; The reverse of memset(dst, _, n): the overwritten bytes carry no adjoint.
 define internal void @enzpy.memzero(ptr %dst, i64 %n) {
 entry:
@@ -59,6 +112,8 @@ exit:
 
 RUNTIME_FUNCTIONS = {"enzpy.memcpy.adjoint.double", "enzpy.memcpy.adjoint.float",
                      "enzpy.memzero"}
+
+
 
 
 def _axpy(ty: str) -> str:
@@ -89,4 +144,4 @@ exit:
 
 
 MEMORY_RUNTIME += _axpy("double") + _axpy("float")
-RUNTIME_FUNCTIONS |= {"enzpy.axpy.double", "enzpy.axpy.float"}
+RUNTIME_FUNCTIONS |= {"enzpy.axpy.double", "enzpy.axpy.float", RESIZE_SHADOW_FUNCTION}

@@ -15,7 +15,10 @@ Bodies are expression DAGs over the math enzpy supports, nested if/elif/else,
 ``while`` loops with data-dependent trip counts bounded by a counter,
 ``break``/``continue``, calls, temporary arrays (``np.zeros/empty/ones``,
 ``.copy()``, array expressions) written then read, in-place updates and
-stencils, slices, ``.sum()`` and ``np.dot``.
+stencils, slices, ``.sum()`` and ``np.dot``, and containers holding floats and
+arrays (list literals, lists built by ``append`` and read by index or
+iteration, lists of ``(array, float)`` tuples, tuples, a ``@jitclass`` object
+with an array and a float field) written and read back.
 
 ``f`` is jitted with ``numba.njit`` and checked with ``enzpy.check_gradient``
 at a few random points, and the primal enzpy computes (``ReverseWithPrimal``)
@@ -63,7 +66,8 @@ import warnings
 import numpy as np
 
 FEATURES = ("branches", "for", "while", "helpers", "recursion", "arrays", "temp_arrays",
-            "inplace", "outputs", "array_exprs", "const_args", "layouts", "nested_while")
+            "inplace", "outputs", "array_exprs", "const_args", "layouts", "nested_while",
+            "containers")
 # Features that hit a known, not yet fixed enzpy bug (left out by
 # --skip-known-bugs and by tests/test_fuzz.py). ``nested_while`` (a while loop
 # inside another loop) was here until 6da8ef7 fixed split_loop_exits.
@@ -96,6 +100,14 @@ def failure_signature(result):
             return line[:120]
     return result.get("status", "?")
 
+
+# The jitclass containers put an array and a float into (decorators are
+# stripped in the instrumented Python copy).
+BOX_SOURCE = """@jitclass([("a", float64[:]), ("c", float64)])
+class Box:
+    def __init__(self, a, c):
+        self.a = a
+        self.c = c"""
 
 CONSTS = ["0.5", "1.5", "2.0", "0.25", "3.0", "-1.25", "0.75", "-0.5", "1.0", "0.1"]
 NONZERO_DIVISORS = ["2.0", "1.5", "-3.0", "0.75", "4.0"]
@@ -208,6 +220,7 @@ class _Gen:
         self.helper_src = []
         self.helper_level = 0
         self.params = {}             # name -> shape (or count), decided up front
+        self.uses_box = False        # the program uses the ``Box`` jitclass
 
     # -- randomness ---------------------------------------------------------------
     def choice(self, seq):
@@ -327,6 +340,8 @@ class _Gen:
                 kinds.append(("recursion", 0.8))
         if self.has("temp_arrays") and depth < 2:
             kinds.append(("temp", 1.2))
+        if self.has("containers") and depth < 2:
+            kinds.append(("container", 1.2))
         if self.has("inplace") and sc.writable:
             kinds.append(("inplace", 1.5))
         names, weights = zip(*kinds)
@@ -523,6 +538,54 @@ class _Gen:
         sc.writable[t] = shape
         return lines
 
+    def st_container(self, sc, depth):
+        """Floats and arrays put into a container, then read back into a float."""
+        v = self.fresh("v")
+        ones_d = [a for a in sorted(sc.arrays) if len(sc.arrays[a]) == 1]
+        forms = ["floats", "floats_loop"] + (["arrays", "appended", "tuple", "pairs", "box"]
+                                             if ones_d else [])
+        form = self.choice(forms)
+        e = lambda: self.expr(sc, 2)  # noqa: E731
+        if form in ("floats", "floats_loop"):
+            c = self.fresh("L")
+            lines = [f"{c} = [{e()}, {e()}, {e()}]"]
+            if self.chance(0.4):
+                lines.append(f"{c}[{int(self.rng.integers(3))}] = {e()}")
+            if form == "floats":
+                lines.append(f"{v} = {c}[{int(self.rng.integers(3))}] * "
+                             f"{self.bounded(f'{c}[{int(self.rng.integers(3))}]')}")
+            else:
+                item = self.fresh("item")
+                lines += [f"{v} = 0.0", f"for {item} in {c}:",
+                          f"    {v} += {self.bounded(item + ' * ' + self.choice(sc.floats))}"]
+            sc.floats.append(v)
+            return lines
+        arr, other = self.choice(ones_d), self.choice(ones_d)
+        k = self.index(sc, sc.arrays[arr][0])
+        c = self.fresh("C")
+        if form == "arrays":
+            lines = [f"{c} = [{arr}, {other}]",
+                     f"{v} = {c}[0][{k}] * {self.bounded(f'{c}[1].sum()')}"]
+        elif form == "appended":
+            lines = [f"{c} = []", f"{c}.append({arr})", f"{c}.append({other} * {e()})"]
+            item = self.fresh("item")
+            lines += [f"{v} = 0.0", f"for {item} in {c}:",
+                      f"    {v} += {self.bounded(f'{item}.sum()')}"]
+        elif form == "tuple":
+            lines = [f"{c} = ({arr}, {e()})", f"{v} = {c}[0][{k}] * {c}[1]"]
+        elif form == "pairs":
+            a, b = self.fresh("pa"), self.fresh("pb")
+            lines = [f"{c} = [({arr}, {e()}), ({other}, {e()})]", f"{v} = 0.0",
+                     f"for {a}, {b} in {c}:", f"    {v} += {self.bounded(f'{a}.sum()')} * {b}"]
+        else:
+            self.uses_box = True
+            lines = [f"{c} = Box({arr}, {e()})"]
+            if self.chance(0.5):
+                lines.append(f"{c}.c = {c}.c * {self.bounded(e())}")
+            lines.append(f"{v} = {c}.a[{k}] * {c}.c")
+        sc.floats.append(v)
+        return lines
+
     def st_inplace(self, sc, depth):
         name = self.choice(sorted(sc.writable))
         (size,) = sc.writable[name]
@@ -604,6 +667,8 @@ def generate_program(rng, features=FEATURES, max_statements=7, n_points=2):
     if g.chance(0.2):
         perm = rng.permutation(len(params))
         params = [params[i] for i in perm]
+    if g.uses_box:
+        g.helper_src.insert(0, BOX_SOURCE)
     source = "\n\n".join(g.helper_src + [
         "\n".join([f"def f({', '.join(p for p, _ in params)}):"] + _indent(body))]) + "\n"
     # argument values
@@ -668,6 +733,12 @@ class _Monitor:
         return b
 
     def v(self, x):
+        if isinstance(x, (list, tuple)):
+            for item in x:
+                self.v(item)
+            return x
+        if not isinstance(x, (int, float, np.ndarray, np.number)):
+            return x                     # an object (a container of checked values)
         arr = np.asarray(x, dtype=float)
         if not np.all(np.isfinite(arr)):
             raise _Reject("not finite")
@@ -699,6 +770,11 @@ class _Instrument(ast.NodeTransformer):
         return ast.Call(ast.Name(name, ast.Load()), list(args), [])
 
     def visit_FunctionDef(self, node):
+        node.decorator_list = []
+        self.generic_visit(node)
+        return node
+
+    def visit_ClassDef(self, node):
         node.decorator_list = []
         self.generic_visit(node)
         return node
@@ -846,7 +922,9 @@ def run_program(prog, rtol=1e-4, verbose=False):
     warnings.simplefilter("ignore", numba.NumbaPerformanceWarning)
     if isinstance(prog, dict):
         prog = Program.from_dict(prog)
-    ns = _exec(prog.source, {"math": math, "np": np, "njit": numba.njit}, prog.tag)
+    from numba.experimental import jitclass
+    ns = _exec(prog.source, {"math": math, "np": np, "njit": numba.njit, "jitclass": jitclass,
+                             "float64": numba.float64}, prog.tag)
     f = numba.njit(ns["f"])
     code = compile(instrumented_source(prog.source), "<instrumented>", "exec")
     statuses, details = [], []

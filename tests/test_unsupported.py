@@ -142,13 +142,6 @@ def unsup_copy_to_const(a, out):
 
 
 @njit
-def unsup_list_of_active(x):
-    values = [x, 2.0 * x]
-    values.append(x * x)
-    return values[2] + values[1]
-
-
-@njit
 def unsup_reshape(A):
     B = A.reshape(3, 2)
     return B[2, 1] * 2.0
@@ -197,18 +190,6 @@ def _function_list():
     fns = numba.typed.List.empty_list(types.FunctionType(types.float64(types.float64)))
     fns.append(_typed_square)
     return fns
-
-
-@jitclass([("v", types.float64)])
-class UnsupBox:
-    def __init__(self, v):
-        self.v = v
-
-
-@njit
-def unsup_jitclass(x):
-    b = UnsupBox(x)
-    return b.v * b.v
 
 
 @njit
@@ -268,8 +249,6 @@ CORPUS = [
     ("duplicated_copied_into_const_array", unsup_copy_to_const,
      lambda: [_dup(np.ones(3)), Const(np.zeros(3))], UnsupportedError, "unsup_copy_to_const",
      ["without a shadow", "Duplicated", "near line"]),
-    ("list_holding_active_value", unsup_list_of_active, lambda: [Active(1.5)],
-     UnsupportedError, "unsup_list_of_active", ["without a shadow", "near line"]),
     ("reshape", unsup_reshape, lambda: [_dup(np.arange(6.0).reshape(2, 3))], UnsupportedError,
      "unsup_reshape", ["reshape", "near line"]),
     ("cfunc_call", unsup_cfunc_call, lambda: [Active(1.5)], UnsupportedError,
@@ -282,8 +261,6 @@ CORPUS = [
     ("typed_list_of_functions", unsup_function_list,
      lambda: [Const(_function_list()), Active(1.5)], UnsupportedError, "unsup_function_list",
      ["indirect", "near line"]),
-    ("jitclass_field", unsup_jitclass, lambda: [Active(1.5)], UnsupportedError,
-     "UnsupBox.__init__", ["without a shadow"]),
     # the block's result is boxed for the interpreter: before 6da8ef7 its
     # derivative was silently dropped (2x instead of 4x)
     ("objmode_block", unsup_objmode, lambda: [Active(1.5)], UnsupportedError, "unsup_objmode",
@@ -550,7 +527,28 @@ def ok_sort_of_const(w, a):
     return np.sort(w)[0] * a[0]
 
 
+@njit
+def ok_list_of_active(x):
+    values = [x, 2.0 * x]
+    values.append(x * x)
+    return values[2] + values[1]
+
+
+@jitclass([("v", types.float64)])
+class OkBox:
+    def __init__(self, v):
+        self.v = v
+
+
+@njit
+def ok_jitclass(x):
+    b = OkBox(x)
+    return b.v * b.v
+
+
 @pytest.mark.parametrize("f, make_args", [
+    (ok_list_of_active, lambda: [Active(1.5)]),
+    (ok_jitclass, lambda: [Active(1.5)]),
     (ok_string_const, lambda: [Active(0.7), Const("double")]),
     (ok_try_except, lambda: [Active(0.7)]),
     (ok_try_except, lambda: [Active(1.7)]),
@@ -560,7 +558,8 @@ def ok_sort_of_const(w, a):
     (ok_sort, lambda: [_dup(np.array([3.0, 1.0, 2.5, -0.5]))]),
     (ok_argsort, lambda: [_dup(np.array([3.0, 1.0, 2.5, -0.5]))]),
     (ok_sort_of_const, lambda: [Const(np.array([3.0, 1.0, 2.0])), _dup(np.array([0.5, 2.0]))]),
-], ids=["string_const", "try_except_not_raised", "try_except_raised", "complex_arithmetic",
+], ids=["list_holding_active_value", "jitclass_float_field", "string_const",
+        "try_except_not_raised", "try_except_raised", "complex_arithmetic",
         "seeded_np_random", "dispatcher_argument", "np_sort", "np_argsort",
         "np_sort_of_const_array"])
 def test_candidate_is_differentiated(f, make_args):

@@ -1,0 +1,253 @@
+"""How annotated arguments become the LLVM parameters of a derivative.
+
+Numba passes every argument as a flat list of LLVM parameters: an array as
+(meminfo, parent, size, itemsize, data, shape..., strides...), a tuple as its
+members' parameters in order, a jitclass object as (meminfo, data), a
+reflected list as (meminfo, parent), a structref as (meminfo). Each parameter
+gets an activity: 'active' (a float passed by value: its adjoint is returned in
+reverse mode, its tangent passed in forward mode), 'dup' (a pointer to memory
+with a shadow: the shadow object's parameter at the same position is passed
+along) or 'const'.
+
+The shadow of a container is a container of the same shape whose float leaves
+are shadows (``zeros_like`` makes one); it is checked against its primal on
+every call, so a missing or misshapen shadow is an error, never a silently
+lost derivative.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, types
+from numba.core import cgutils
+from numba.experimental.jitclass.base import imp_dtor
+from numba.extending import intrinsic
+
+_ARRAY_HEAD = ("dup", "const", "const", "const", "dup")    # meminfo parent size itemsize data
+
+
+def _leaves(ty) -> list:
+    """Per LLVM parameter of a value of Numba type ``ty``: 'float' (a float
+    passed by value), 'dup' (a pointer to memory that may carry derivatives)
+    or 'const'."""
+    if isinstance(ty, types.Float):
+        return ["float"]
+    if isinstance(ty, (types.Integer, types.Boolean, types.NoneType, types.Omitted)):
+        return ["const"]
+    if isinstance(ty, types.Array):
+        float_data = isinstance(ty.dtype, types.Float) or (
+            isinstance(ty.dtype, types.Record) and any(
+                isinstance(t, types.Float) for _, t in ty.dtype.members))
+        head = list(_ARRAY_HEAD) if float_data else ["const"] * 5
+        return head + ["const"] * (2 * ty.ndim)
+    if isinstance(ty, types.BaseTuple):
+        return [leaf for member in ty for leaf in _leaves(member)]
+    if isinstance(ty, types.ClassInstanceType):
+        return ["dup", "dup"]
+    if isinstance(ty, types.List):
+        if _floats_by_value(ty.dtype):
+            raise TypeError(f"{ty}: a Python list holding floats cannot carry their "
+                            f"derivatives back (Numba works on a copy of it); pass the floats "
+                            f"as a NumPy array")
+        return ["dup", "const"]
+    if isinstance(ty, types.StructRef):
+        return ["dup"]
+    if isinstance(ty, (types.ListType, types.DictType)):
+        raise TypeError(f"{ty} cannot carry derivatives as an argument yet (numba.typed.List "
+                        f"and numba.typed.Dict are refused); pass a NumPy array, a tuple or "
+                        f"a list of arrays, or a jitclass object")
+    return None
+
+
+def _floats_by_value(ty) -> bool:
+    """Whether values of ``ty`` hold floats directly (not behind a pointer)."""
+    if isinstance(ty, types.Float):
+        return True
+    if isinstance(ty, types.BaseTuple):
+        return any(_floats_by_value(t) for t in ty)
+    return False
+
+
+@dataclass
+class ArgumentLayout:
+    """One annotated argument's LLVM parameters."""
+    activity: list          # per LLVM parameter: 'active', 'dup' or 'const'
+    shadow_fields: list     # positions, among the shadow's parameters, passed along
+    adjoint_types: list     # Numba types of the adjoints returned (reverse mode, Active)
+    numba_type: object
+
+
+def layout(ctx, kind: str, ty, shadow_ty, reverse: bool) -> ArgumentLayout:
+    """The layout of an argument annotated ``kind`` ('Active', 'Duplicated' or
+    'Const') of Numba type ``ty`` (shadow of type ``shadow_ty``)."""
+    width = len(ctx.get_arg_packer([ty]).argument_types)
+    if kind == "Const":
+        return ArgumentLayout(["const"] * width, [], [], ty)
+    leaves = _leaves(ty)
+    if leaves is None or len(leaves) != width:
+        raise TypeError(f"{kind} does not support values of type {ty}")
+    if kind == "Active":
+        if "dup" in leaves:
+            raise TypeError(f"Active expects float scalars (or a tuple of them), got {ty}: "
+                            f"use Duplicated(x, dx) for arrays and objects")
+        if "float" not in leaves:
+            raise TypeError(f"Active expects a float scalar (or a tuple of floats), got {ty}")
+        activity = ["active" if leaf == "float" else "const" for leaf in leaves]
+        floats = [t for t in _flat_numba_types(ty) if isinstance(t, types.Float)]
+        return ArgumentLayout(activity, [], floats, ty)
+    if reverse and "float" in leaves and isinstance(ty, types.BaseTuple):
+        raise TypeError(f"Duplicated {ty}: the floats of a tuple are passed by value, so "
+                        f"their derivatives cannot accumulate into a shadow; pass a tuple "
+                        f"of floats as Active and arrays as Duplicated")
+    if "dup" not in leaves and not (not reverse and "float" in leaves):
+        raise TypeError(f"Duplicated expects a float array or a container of them, got {ty}")
+    activity = ["dup" if leaf == "dup" else "active" if leaf == "float" else "const"
+                for leaf in leaves]
+    shadow_leaves = _leaves(shadow_ty) if shadow_ty is not None else None
+    if shadow_leaves is None or len(shadow_leaves) != len(leaves):
+        raise TypeError(f"the shadow of type {shadow_ty} does not fit {ty}")
+    return ArgumentLayout(activity, [k for k, a in enumerate(activity) if a != "const"], [], ty)
+
+
+def _flat_numba_types(ty) -> list:
+    if isinstance(ty, types.BaseTuple):
+        return [t for member in ty for t in _flat_numba_types(member)]
+    return [ty]
+
+
+def rebuild_adjoint(value, adjoints):
+    """The adjoint of an Active ``value`` (a float, or a tuple of floats and
+    other values) from the adjoints of its float leaves, in order: a tuple of
+    the same shape, None where a leaf is not a float."""
+    it = iter(adjoints)
+
+    def build(v):
+        if isinstance(v, tuple):
+            items = [build(item) for item in v]
+            return type(v)(*items) if hasattr(v, "_fields") else tuple(items)
+        if isinstance(v, (float, np.floating)):
+            return next(it)
+        return None
+    return build(value)
+
+
+# -- shadows of containers ----------------------------------------------------------------
+def strided_like(x: np.ndarray) -> np.ndarray:
+    """A zero array with the shape, dtype and strides of ``x`` (the memory it
+    spans is fresh), so derivative code can address it like ``x``."""
+    if x.size == 0:
+        return np.zeros_like(x)
+    low = sum(min(0, (n - 1) * s) for n, s in zip(x.shape, x.strides))
+    high = sum(max(0, (n - 1) * s) for n, s in zip(x.shape, x.strides)) + x.itemsize
+    buffer = np.zeros(high - low + 16, dtype=np.uint8)
+    offset = (-buffer.ctypes.data) % 16 - low        # aligned like NumPy's allocations
+    return np.ndarray(x.shape, dtype=x.dtype, buffer=buffer, offset=offset,
+                      strides=x.strides)
+
+
+def zeros_like(obj):
+    """A zero shadow for ``obj``: a float array (with ``obj``'s strides), a
+    float, or a container (tuple, named tuple, list, jitclass object) of the
+    same shape whose float leaves are zero; integers and other values that
+    carry no derivative are kept as they are."""
+    if isinstance(obj, np.ndarray):
+        return strided_like(obj)
+    if isinstance(obj, (float, np.floating)):
+        return type(obj)(0.0)
+    if isinstance(obj, tuple):
+        items = [zeros_like(v) for v in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
+    if isinstance(obj, list):
+        return [zeros_like(v) for v in obj]
+    fields = _object_fields(obj)
+    if fields is not None:
+        shadow = _blank_like(obj)
+        for name in fields:
+            setattr(shadow, name, zeros_like(getattr(obj, name)))
+        return shadow
+    if isinstance(obj, (int, bool, np.integer, np.bool_, str, type(None))):
+        return obj
+    raise TypeError(f"zeros_like: no shadow for a {type(obj).__name__}")
+
+def check_shadow(i, x, dx, where=""):
+    """``dx`` must be a shadow of ``x``: the same container shape, arrays of
+    the same shape and dtype (and, inside containers, strides), objects of the
+    same class. ``ValueError`` or ``TypeError`` otherwise, before anything runs.
+    (An argument that is an array may have a shadow of another layout: it is
+    passed laid out like the array.)"""
+    here = f"argument {i}{where}"
+    if isinstance(x, np.ndarray):
+        if not isinstance(dx, np.ndarray):
+            raise TypeError(f"{here}: the shadow of an array must be an array, got "
+                            f"{type(dx).__name__}")
+        if dx.shape != x.shape:
+            raise ValueError(f"{here}: the shadow's shape {dx.shape} does not fit the "
+                             f"array's shape {x.shape}")
+        if dx.dtype != x.dtype:
+            raise ValueError(f"{here}: the shadow's dtype {dx.dtype} does not fit the "
+                             f"array's dtype {x.dtype}")
+        if where and dx.strides != x.strides:
+            raise ValueError(f"{here}: the shadow's layout (strides {dx.strides}) does not "
+                             f"fit the array's layout (strides {x.strides}); make the shadow "
+                             f"with enzpy.zeros_like")
+        if not dx.flags.writeable:
+            raise ValueError(f"{here}: the shadow is read-only; it must be writeable")
+        if np.may_share_memory(x, dx):
+            raise ValueError(f"{here}: the shadow shares memory with the array")
+        return
+    if isinstance(x, (tuple, list)):
+        if type(dx) is not type(x) or len(dx) != len(x):
+            raise ValueError(f"{here}: the shadow must be a {type(x).__name__} of "
+                             f"{len(x)} items, like the value")
+        for k, (a, b) in enumerate(zip(x, dx)):
+            check_shadow(i, a, b, f"{where}[{k}]")
+        return
+    fields = _object_fields(x)
+    if fields is not None:
+        if type(dx) is not type(x) or _object_type(dx) != _object_type(x):
+            raise TypeError(f"{here}: the shadow must be an object of the same class "
+                            f"({type(x).__name__}); make it with enzpy.zeros_like")
+        if dx is x:
+            raise ValueError(f"{here}: the shadow is the object itself")
+        for name in fields:
+            check_shadow(i, getattr(x, name), getattr(dx, name), f"{where}.{name}")
+
+
+def _object_type(obj):
+    return getattr(obj, "_numba_type_", None) or getattr(obj, "_type", None)
+
+
+def _object_fields(obj):
+    """Field names of a jitclass or structref object, or None."""
+    ty = _object_type(obj)
+    if isinstance(ty, types.ClassInstanceType):
+        return list(ty.struct)
+    if isinstance(ty, types.StructRef):
+        return list(ty.field_dict)
+    return None
+
+
+@intrinsic
+def _blank_instance(typingctx, like):
+    """A new jitclass object of ``like``'s class with every field null, its
+    ``__init__`` not run."""
+    def codegen(context, builder, sig, args):
+        inst_type = sig.return_type
+        data_type = context.get_data_type(inst_type.get_data_type())
+        size = context.get_constant(types.uintp, context.get_abi_sizeof(data_type))
+        meminfo = context.nrt.meminfo_alloc_dtor(builder, size,
+                                                 imp_dtor(context, builder.module, inst_type))
+        data = builder.bitcast(context.nrt.meminfo_data(builder, meminfo),
+                               data_type.as_pointer())
+        builder.store(cgutils.get_null_value(data_type), data)
+        made = context.make_helper(builder, inst_type)
+        made.meminfo = meminfo
+        made.data = data
+        return made._getvalue()
+    return like(like), codegen
+
+
+@njit
+def _blank_like(obj):
+    return _blank_instance(obj)

@@ -1,0 +1,409 @@
+"""The build pipeline: from an ``@njit`` function and annotated argument types
+to a callable derivative, in named, timed stages.
+
+Every mode runs the same stages, each one line in ``Build.run``:
+
+1. ``lower``: Numba types and lowers the function; enzpy captures the raw IR
+   of it and of every Numba function it reaches, links and cleans it up, and
+   reads it into its IR model (stages ``numba_compile``, ``capture``,
+   ``cleanup``, ``read_ir``);
+2. ``transform``: the derivative module: reverse mode's augmented forward and
+   reverse functions, forward mode's tangent functions, or, for ``hvp``,
+   reverse mode over the tangent IR (stages ``reverse``, ``forward``,
+   ``read_tangent_ir``);
+3. ``compile``: enzpy's optimizer and machine code (``parse``, ``optimize``,
+   ``codegen``);
+4. ``wrap``: an ``@njit`` entry point calling the machine code.
+
+A stage failing with anything but ``UnsupportedError`` (or, while Numba
+lowers the user's code, Numba's own errors) is a bug in enzpy, reported as an
+``InternalError``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numba
+from numba import types
+from numba.core.compiler_lock import global_compiler_lock
+from numba.core.registry import cpu_target
+
+from . import arguments, backend, frontend
+from .augment import INLINE_LIMIT
+from .cache import (STATS, ModuleBuilder, entry_function, forward_entry_function,
+                    tangent_function)
+from .errors import InternalError, UnsupportedError
+from .irtext import read_module_text, type_text
+
+log = logging.getLogger("enzpy")
+
+
+# -- build reports -------------------------------------------------------------
+@dataclass
+class BuildReport:
+    function: str
+    signature: str
+    timings: dict = field(default_factory=dict)   # stage -> seconds
+    primal_instructions: int = 0
+    peak_tape_bytes: int = 0          # the largest tape of any call so far
+    derivative_functions: int = 0
+    module_bytes: int = 0
+
+    @property
+    def total(self):
+        return sum(v for k, v in self.timings.items() if k != "numba_compile")
+
+    def __str__(self):
+        stages = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.timings.items())
+        return (f"{self.function}{self.signature}: {stages}; "
+                f"{self.primal_instructions} primal instructions, "
+                f"{self.derivative_functions} derivative functions")
+
+
+class _Stage:
+    def __init__(self, report, name, user_code):
+        self.report, self.name, self.user_code = report, name, user_code
+
+    def __enter__(self):
+        self.t = time.perf_counter()
+
+    def __exit__(self, kind, exc, tb):
+        self.report.timings[self.name] = time.perf_counter() - self.t
+        if exc is None or self.user_code or isinstance(exc, (UnsupportedError, InternalError)):
+            return False
+        raise InternalError(
+            f"enzpy failed while building the derivative of '{self.report.function}' "
+            f"{self.report.signature} (stage '{self.name}'): {type(exc).__name__}: {exc}. "
+            f"This is a bug in enzpy; please report it with the function and its argument "
+            f"types.") from exc
+
+
+# -- the entry cache -------------------------------------------------------------
+class Entry:
+    """A built derivative: its ``@njit`` entry point and how to call it."""
+    __slots__ = ("call", "active_positions", "adjoint_counts", "shadow_positions", "report",
+                 "alias_checks", "library", "returns_tangent")
+
+    def __init__(self, call, active_positions, shadow_positions, report, alias_checks,
+                 library, returns_tangent=False, adjoint_counts=None):
+        self.call = call
+        self.library = library            # the machine code ``call`` jumps to
+        self.active_positions = active_positions
+        # adjoints returned per Active argument (a tuple of floats has several)
+        self.adjoint_counts = adjoint_counts or [1] * len(active_positions)
+        self.shadow_positions = shadow_positions
+        self.report = report
+        # (written, re-read) argument pairs that must not share memory
+        self.alias_checks = alias_checks
+        self.returns_tangent = returns_tangent    # forward mode: the call returns a tangent
+
+
+entries: dict = {}
+reports: dict = {}
+_lock = threading.RLock()
+
+
+# Numba passes an array as (meminfo, parent, nitems, itemsize, data, shape..., strides...):
+# the meminfo and the data pointer get shadows.
+ARRAY_SHADOWED_FIELDS = (0, 4)
+
+
+@dataclass
+class _Primal:
+    """A function lowered by Numba, read into enzpy's IR model."""
+    low: frontend.Lowered
+    model: object
+    lowered: dict
+    blocks: dict
+
+
+class Build:
+    """One derivative: ``Build(disp, signature, mode, key).run()`` -> ``Entry``.
+
+    ``signature`` lists (annotation class name, Numba type, Numba type of the
+    shadow or None) per argument; ``mode`` is 'reverse', 'forward' or 'hvp'.
+    """
+
+    def __init__(self, disp, signature, mode, key):
+        self.disp, self.signature, self.mode, self.key = disp, signature, mode, key
+        self.ctx = cpu_target.target_context
+        self.argtypes = tuple(ty for _, ty, _ in signature)
+        label = f"hvp{self.argtypes}" if mode == "hvp" else str(self.argtypes)
+        self.report = BuildReport(disp.py_func.__qualname__, label)
+
+    def stage(self, name, user_code=False):
+        return _Stage(self.report, name, user_code)
+
+    def run(self) -> Entry:
+        with _lock, global_compiler_lock:
+            if self.key in entries:          # another thread built it meanwhile
+                STATS.hits += 1
+                return entries[self.key]
+            STATS.misses += 1
+            self.lower()
+            self.transform()
+            self.compile()
+            entry = self.wrap()
+            entries[self.key] = entry
+            reports.setdefault(self.disp.py_func, []).append(self.report)
+            log.info("built %s", self.report)
+            return entry
+
+    # -- stages ------------------------------------------------------------------
+    def lower(self):
+        with self.stage("numba_compile", user_code=True):
+            low = frontend.lower(self.disp, self.argtypes)
+        with self.stage("capture"):
+            module, lowered = frontend.collect_module(low)
+        with self.stage("cleanup"):
+            blocks = frontend.original_blocks(module)
+            frontend.cleanup(module)
+        with self.stage("read_ir"):
+            model = read_module_text(str(module))
+        self.report.primal_instructions = _size(model)
+        self.dump("primal", model.text)
+        self.primal = _Primal(low, model, lowered, blocks)
+        if self.mode != "hvp":             # hvp checks for a float return itself
+            _check_return(low, self.mode)
+
+    def transform(self):
+        low = self.primal.low
+        restype = low.restype
+        self.returns_derivative = isinstance(restype, (types.Float, types.Array))
+        if self.mode == "hvp":
+            self._transform_hvp()
+            return
+        layouts = self.layouts(self.signature, self.mode == "reverse")
+        activity = self.activity(layouts, self.returns_derivative)
+        if self.mode == "reverse":
+            self.builder, self.entry_name, self.text = self._reverse_module(
+                self.primal, low.symbol, activity, layouts, restype)
+            self.alias_checks = _alias_checks(self.ctx, self.builder.readonly, low.symbol,
+                                              self.argtypes)
+        else:
+            with self.stage("forward"):
+                self.builder = ModuleBuilder(self.primal.model, self.primal.lowered,
+                                             self.primal.blocks, mode="forward")
+                root = _generate(self.builder, low.symbol, activity, low.name)
+                self.entry_name = f"enzpy.entry.{next(backend._ids)}.{low.symbol}"
+                self.text = self.builder.module_text(forward_entry_function(
+                    self.entry_name, root, _return_slot_type(self.ctx, restype),
+                    self.returns_derivative, *self._tangent_params(layouts)))
+            self.alias_checks = []
+        self.layouts_used = layouts
+        self.dump("derivative", self.text)
+        self.report.derivative_functions = len(self.builder.derivatives)
+        self.report.module_bytes = len(self.text)
+
+    def compile(self):
+        with self.stage("parse"):
+            big = [name for name, fn in self.model_compiled.functions.items()
+                   if sum(len(b.instructions) for b in fn.blocks) > INLINE_LIMIT]
+            module = backend.prepare_module(self.text, self.entry_name, self.builder.exported,
+                                            big)
+        codegen = self.ctx.codegen()
+        with self.stage("optimize"):
+            backend.optimize(module, codegen)
+        with self.stage("codegen"):
+            self.library, self.address = backend.compile_module(module, self.entry_name,
+                                                                codegen)
+            self.builder.publish(self.library)
+
+    def wrap(self) -> Entry:
+        if self.mode == "hvp":
+            return self._wrap_hvp()
+        reverse = self.mode == "reverse"
+        layouts = self.layouts_used
+        shadow_types = [shadow for kind, _, shadow in self.signature if kind == "Duplicated"]
+        adjoint_types = [t for (kind, _, _), lay in zip(self.signature, layouts)
+                         if kind == "Active" for t in lay.adjoint_types]
+        with self.stage("wrap"):
+            call = backend.numba_entry(
+                self.address, self.argtypes + tuple(shadow_types), adjoint_types,
+                self.primal.low.restype, tangent=not reverse and self.returns_derivative)
+        actives = [i for i, (kind, _, _) in enumerate(self.signature) if kind == "Active"]
+        shadows = [i for i, (kind, _, _) in enumerate(self.signature) if kind == "Duplicated"]
+        return Entry(call, actives, shadows, self.report, self.alias_checks, self.library,
+                     returns_tangent=not reverse and self.returns_derivative,
+                     adjoint_counts=[len(layouts[i].adjoint_types) for i in actives])
+
+    # -- reverse and forward modules ----------------------------------------------
+    @property
+    def model_compiled(self):
+        """The IR model the derivative module was written from."""
+        return getattr(self, "tangent_model", None) or self.primal.model
+
+    def _reverse_module(self, primal, symbol, activity, layouts, restype, name=None):
+        """(builder, entry name, module text) of the reverse derivative of ``symbol``."""
+        with self.stage("reverse"):
+            builder = ModuleBuilder(primal.model, primal.lowered, primal.blocks)
+            root = _generate(builder, symbol, activity, name or primal.low.name)
+            entry_name = f"enzpy.entry.{next(backend._ids)}.{symbol}"
+            shadows = [(self._flat_types(shadow), lay.shadow_fields)
+                       for (kind, _, shadow), lay in zip(self.signature, layouts)
+                       if kind == "Duplicated"]
+            text = builder.module_text(entry_function(
+                entry_name, root, _return_slot_type(self.ctx, restype), activity[0] == "dup",
+                shadows))
+        return builder, entry_name, text
+
+    def _tangent_params(self, layouts):
+        """The extra parameters of a forward entry, as (LLVM type, name), and the
+        names of those passed on as the root's tangents and shadows, in order."""
+        params, passed = [], []
+        for j, ((kind, ty, shadow), lay) in enumerate(zip(self.signature, layouts)):
+            if kind != "Duplicated":
+                continue
+            fields = self._flat_types(shadow)
+            params += [(t, f"t{j}.{k}") for k, t in enumerate(fields)]
+            passed += [f"t{j}.{k}" for k in lay.shadow_fields]
+        return params, passed
+
+    def _flat_types(self, numba_type) -> list:
+        """LLVM parameter types of a value of ``numba_type``."""
+        return [type_text(t) for t in self.ctx.get_arg_packer([numba_type]).argument_types]
+
+    def layouts(self, signature, reverse):
+        return [arguments.layout(self.ctx, kind, ty, shadow, reverse)
+                for kind, ty, shadow in signature]
+
+    @staticmethod
+    def activity(layouts, return_active) -> list:
+        """Activity of each LLVM parameter of the root function."""
+        return ["dup" if return_active else "const", "const"] + [
+            a for lay in layouts for a in lay.activity]
+
+    # -- hvp: reverse over forward ---------------------------------------------------
+    def _transform_hvp(self):
+        """Reverse mode over the tangent function that forward mode writes (its
+        IR is read back and differentiated like any Numba function's).
+
+        The entry takes ``(x, *consts, v[, hv, scratch])``: an array x's
+        product is accumulated into ``hv`` (``scratch``, like x, receives the
+        gradient w.r.t. v, unused); a scalar x's is returned as the adjoint."""
+        low = self.primal.low
+        if not isinstance(low.restype, types.Float):
+            raise TypeError(f"hvp: '{low.name}' returns {low.restype}; it needs a function "
+                            f"returning a float scalar")
+        tx = self.argtypes[0]
+        self.scalar = scalar = isinstance(tx, types.Float)
+        consts = [("Const", ty, None) for ty in self.argtypes[1:]]
+        first = self.layouts([("Duplicated", tx, tx)] + consts, False)
+        v_fields = self._flat_types(tx)
+        v_params = [(t, f"v.{k}") for k, t in enumerate(v_fields)]
+        v_passed = ["v.0"] if scalar else [f"v.{k}" for k in ARRAY_SHADOWED_FIELDS]
+        with self.stage("forward"):
+            tangents = ModuleBuilder(self.primal.model, self.primal.lowered,
+                                     self.primal.blocks, mode="forward", share=False)
+            root = _generate(tangents, low.symbol, self.activity(first, True), low.name)
+            name = f"enzpy.tangent.{next(backend._ids)}.{low.symbol}"
+            text = tangents.module_text(tangent_function(
+                name, root, _return_slot_type(self.ctx, low.restype), v_params, v_passed))
+        self.dump("tangent", text)
+        with self.stage("read_tangent_ir"):
+            self.tangent_model = read_module_text(text)
+        # v is Duplicated too (with a scratch shadow): the tangent function
+        # writes tangents into it where f writes into x.
+        self.signature = ([("Active", tx, None) if scalar else ("Duplicated", tx, tx)]
+                          + consts + [("Const", tx, None) if scalar else ("Duplicated", tx, tx)])
+        self.hvp_argtypes = self.argtypes + (tx,)
+        layouts = self.layouts(self.signature, True)
+        self.builder, self.entry_name, self.text = self._reverse_module(
+            _Primal(low, self.tangent_model, self.primal.lowered, self.primal.blocks), name,
+            self.activity(layouts, True), layouts, low.restype, name=low.name)
+        self.dump("hvp", self.text)
+        self.report.derivative_functions = len(self.builder.derivatives) + len(
+            tangents.derivatives)
+        self.report.module_bytes = len(self.text)
+        self.alias_checks = _alias_checks(self.ctx, self.builder.readonly, name,
+                                          self.hvp_argtypes)
+
+    def _wrap_hvp(self) -> Entry:
+        tx = self.argtypes[0]
+        shadow_types = [] if self.scalar else [tx, tx]
+        with self.stage("wrap"):
+            call = backend.numba_entry(self.address, self.hvp_argtypes + tuple(shadow_types),
+                                       [tx] if self.scalar else [], self.primal.low.restype)
+        shadows = [] if self.scalar else [0, len(self.argtypes)]
+        return Entry(call, [0] if self.scalar else [], shadows, self.report,
+                     self.alias_checks, self.library)
+
+    def dump(self, stage, text):
+        """With ENZPY_DUMP=<folder>, write each stage's IR there (``f.primal.ll``, ...)."""
+        folder = os.environ.get("ENZPY_DUMP")
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+            path = os.path.join(folder, f"{self.disp.py_func.__name__}.{stage}.ll")
+            with open(path, "w") as fh:
+                fh.write(text)
+
+
+def build(disp, signature, mode, key) -> Entry:
+    """The derivative of ``disp`` for ``signature`` in ``mode`` (cached under ``key``)."""
+    return Build(disp, signature, mode, key).run()
+
+
+def _size(model) -> int:
+    return sum(len(b.instructions) for fn in model.functions.values() for b in fn.blocks)
+
+
+def _check_return(low, mode):
+    restype = low.restype
+    if isinstance(restype, (types.Float, types.Integer, types.Boolean)) or \
+            restype == types.none:
+        return
+    forward = mode == "forward"
+    if forward and isinstance(restype, types.Array) and isinstance(restype.dtype, types.Float):
+        return
+    returned = "a scalar, None or a float array" if forward else "a scalar or None"
+    raise UnsupportedError(f"function '{low.name}' returns {restype}; enzpy "
+                           f"differentiates functions returning {returned}")
+
+
+def _generate(builder, symbol, activity, name):
+    try:
+        return builder.build(symbol, activity)
+    except UnsupportedError as exc:
+        if f"'{name}'" in str(exc):
+            raise
+        raise UnsupportedError(f"differentiating '{name}': {exc}") from None
+
+
+def _alias_checks(ctx, readonly, symbol, argtypes):
+    """Pairs (written array argument, re-read array argument) to check per call."""
+    if readonly.unknown_write:
+        return []
+    owner, index = {}, 2
+    for pos, ty in enumerate(argtypes):
+        width = len(ctx.get_arg_packer([ty]).argument_types)
+        owner.update({index + k: pos for k in range(width)})
+        index += width
+    arrays = {pos for pos, ty in enumerate(argtypes) if isinstance(ty, types.Array)}
+    written = {owner[i] for kind, i in readonly.written[symbol] if kind == "arg" and i in owner}
+    return [(w, r) for w in sorted(written & arrays) for r in sorted(arrays - written)]
+
+
+def _return_slot_type(ctx, restype) -> str:
+    if restype == types.none:
+        return "i8"
+    return type_text(ctx.data_model_manager[restype].get_return_type())
+
+
+def typed_signature(annotated) -> list:
+    """(annotation class name, Numba type of the value, Numba type of the shadow
+    or None) per argument; a float's tangent is passed at the float's type, an
+    array's shadow at the array's."""
+    signature = []
+    for a in annotated:
+        kind, ty = type(a).__name__, numba.typeof(a.val)
+        shadow = None
+        if kind == "Duplicated":
+            # an array's shadow is passed laid out like it (see api._shadow_values)
+            shadow = ty if isinstance(ty, types.Float) else \
+                ty.copy(readonly=False) if isinstance(ty, types.Array) else numba.typeof(a.dval)
+        signature.append((kind, ty, shadow))
+    return signature

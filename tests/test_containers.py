@@ -1,0 +1,338 @@
+"""Containers: lists, tuples and jitclass objects holding floats and arrays.
+
+Every program here once got a silently zero gradient (the shadow of an array
+stored into a list or a jitclass was lost) or was refused. Each is checked in
+reverse mode against central finite differences and in forward mode against
+the finite-difference directional derivative, and leaks nothing.
+"""
+import collections
+
+import numba
+import numpy as np
+import pytest
+from numba import njit, types
+from numba.core.runtime import _nrt_python, rtsys
+from numba.experimental import jitclass
+
+from enzpy import (Active, Const, Duplicated, Forward, Reverse, autodiff,
+                   zeros_like)
+
+X = np.linspace(0.5, 1.5, 5)
+
+
+def fd_gradient(f, x, h=1e-6):
+    grad = np.zeros_like(x)
+    for i in range(x.size):
+        up, down = x.copy(), x.copy()
+        up[i] += h
+        down[i] -= h
+        grad[i] = (f(up) - f(down)) / (2 * h)
+    return grad
+
+
+def check_both_modes(f, x=X):
+    expected = fd_gradient(f, x)
+    dx = np.zeros_like(x)
+    autodiff(Reverse, f, Duplicated(x.copy(), dx))
+    np.testing.assert_allclose(dx, expected, rtol=1e-6, atol=1e-8)
+    direction = np.random.default_rng(0).standard_normal(x.size)
+    (tangent,) = autodiff(Forward, f, Duplicated(x.copy(), direction))
+    assert tangent == pytest.approx(expected @ direction, rel=1e-6, abs=1e-8)
+
+
+# -- lists built in the function -------------------------------------------------------
+@njit
+def list_literal(x):
+    parts = [x[:3], x[3:]]
+    return (parts[0] ** 2).sum() + (parts[1] ** 3).sum()
+
+
+@njit
+def list_append_iterate(x):
+    parts = []
+    parts.append(x[:2])
+    parts.append(x[2:])
+    s = 0.0
+    for p in parts:
+        s += (p * p).sum()
+    return s
+
+
+@njit
+def list_of_views_indexed(x):
+    views = [x[i:i + 2] for i in range(x.size - 1)]
+    s = 0.0
+    for i in range(len(views)):
+        s += views[i][0] * views[i][1] * (i + 1.0)
+    return s
+
+
+@njit
+def list_of_floats_grown(x):
+    values = []
+    for _ in range(7):                     # grows past the first capacity
+        for i in range(x.size):
+            values.append(np.sin(x[i]) * x[i])
+    s = 0.0
+    for v in values:
+        s += v * v
+    return s
+
+
+@njit
+def list_pop(x):
+    values = [x[0] * 2.0, x[1] * x[2], x[3] + x[4]]
+    last = values.pop()
+    first = values.pop(0)
+    return last * first + values[0]
+
+
+@njit
+def list_setitem(x):
+    values = [0.0] * x.size
+    for i in range(x.size):
+        values[i] = x[i] ** 2
+    values[1] = values[0] * values[2]
+    return sum(values)
+
+
+@njit
+def list_of_array_float_tuples(x):
+    items = [(x[:2], x[0]), (x[2:], x[1])]
+    s = 0.0
+    for a, c in items:
+        s += c * a.sum()
+    return s
+
+
+@njit
+def list_of_fresh_arrays(x):
+    rows = []
+    for k in range(3):
+        rows.append(np.exp(x * (k + 1.0)))
+    s = 0.0
+    for r in rows:
+        s += r.sum()
+    return s
+
+
+@njit
+def nested_lists(x):
+    outer = [[x[0], x[1]], [x[2] * x[3]]]
+    outer[1].append(x[4])
+    s = 0.0
+    for inner in outer:
+        for v in inner:
+            s += v * v
+    return s
+
+
+@njit
+def _sum_first(parts):
+    return parts[0].sum() * parts[1][1]
+
+
+@njit
+def list_passed_to_callee(x):
+    return _sum_first([x[:2] * 2.0, x[2:]])
+
+
+# -- tuples ------------------------------------------------------------------------------
+@njit
+def tuple_local(x):
+    t = (x[:2], x[2] * 2.0)
+    return t[0].sum() * t[1]
+
+
+@njit
+def _split(x):
+    return x[:2] * x[2], x[3] + x[4]
+
+
+@njit
+def tuple_from_callee(x):
+    a, b = _split(x)
+    return (a * a).sum() * b
+
+
+# -- jitclass objects --------------------------------------------------------------------
+@jitclass([("a", types.float64[:]), ("c", types.float64)])
+class Holder:
+    def __init__(self, a, c):
+        self.a = a
+        self.c = c
+
+    def energy(self):
+        return (self.a ** 2).sum() * self.c
+
+
+@njit
+def jitclass_array_field(x):
+    h = Holder(x, 2.0)
+    return (h.a ** 2).sum() * h.c
+
+
+@njit
+def jitclass_float_field(x):
+    h = Holder(x[:1].copy(), x[1] * x[2])
+    return h.c * h.c + h.a[0]
+
+
+@njit
+def jitclass_method(x):
+    h = Holder(x[1:] * 2.0, x[0])
+    return h.energy()
+
+
+@njit
+def jitclass_field_assigned(x):
+    h = Holder(x[:2], 1.0)
+    h.c = x[2] * x[3]
+    h.a = x[3:] * h.c
+    return h.a.sum() + h.c
+
+
+PROGRAMS = [list_literal, list_append_iterate, list_of_views_indexed, list_of_floats_grown,
+            list_pop, list_setitem, list_of_array_float_tuples, list_of_fresh_arrays,
+            nested_lists, list_passed_to_callee, tuple_local, tuple_from_callee,
+            jitclass_array_field, jitclass_float_field, jitclass_method,
+            jitclass_field_assigned]
+
+
+@pytest.mark.parametrize("f", PROGRAMS, ids=lambda f: f.__name__)
+def test_container_gradients(f):
+    check_both_modes(f)
+
+
+def test_containers_leak_nothing():
+    for f in (list_of_floats_grown, list_of_fresh_arrays, jitclass_method, nested_lists,
+              list_of_array_float_tuples, list_pop):
+        x, dx = X.copy(), np.zeros_like(X)
+        autodiff(Reverse, f, Duplicated(x, dx))        # built
+        _nrt_python.memsys_enable_stats()
+        before = rtsys.get_allocation_stats()
+        for _ in range(50):
+            autodiff(Reverse, f, Duplicated(x, dx))
+            autodiff(Forward, f, Duplicated(x, dx))
+        after = rtsys.get_allocation_stats()
+        assert after.alloc - before.alloc == after.free - before.free, f.__name__
+        assert after.mi_alloc - before.mi_alloc == after.mi_free - before.mi_free, f.__name__
+
+
+# -- containers as arguments: Duplicated(obj, zeros_like(obj)) --------------------------
+@jitclass([("a", types.float64[:]), ("c", types.float64), ("k", types.int64)])
+class Params:
+    def __init__(self, a, c, k):
+        self.a = a
+        self.c = c
+        self.k = k
+
+
+@njit
+def params_energy(p, x):
+    return (p.a * x).sum() ** 2 * p.c + p.k
+
+
+def test_duplicated_jitclass_argument():
+    p = Params(np.array([0.5, -1.0, 2.0]), 1.5, 3)
+    dp = zeros_like(p)
+    assert dp.k == 3 and dp.c == 0.0 and not dp.a.any()
+    x = np.array([1.0, 2.0, 0.5])
+    autodiff(Reverse, params_energy, Duplicated(p, dp), Const(x))
+    s = (p.a * x).sum()
+    np.testing.assert_allclose(dp.a, 2 * s * x * p.c)
+    assert dp.c == pytest.approx(s ** 2)
+    # forward mode: the tangent along the shadow object's fields
+    tp = zeros_like(p)
+    tp.c = 1.0
+    (t,) = autodiff(Forward, params_energy, Duplicated(p, tp), Const(x))
+    assert t == pytest.approx(s ** 2)
+
+
+def test_shadow_object_must_fit():
+    p = Params(np.ones(3), 1.0, 0)
+    with pytest.raises(TypeError, match="same class"):
+        autodiff(Reverse, params_energy, Duplicated(p, Holder(np.ones(3), 0.0)), Const(X[:3]))
+    with pytest.raises(ValueError, match="itself"):
+        autodiff(Reverse, params_energy, Duplicated(p, p), Const(X[:3]))
+    bad = zeros_like(p)
+    bad.a = np.zeros(4)
+    with pytest.raises(ValueError, match=r"argument 0\.a: the shadow's shape"):
+        autodiff(Reverse, params_energy, Duplicated(p, bad), Const(X[:3]))
+
+
+@njit
+def pair_of_arrays(t, weights):
+    a, b = t
+    return (a * b).sum() * weights[0] + weights[1] ** 2
+
+
+def test_tuple_arguments():
+    t = (np.array([1.0, 2.0]), np.array([3.0, 4.0]))
+    dt = zeros_like(t)
+    ((_, dw),) = autodiff(Reverse, pair_of_arrays, Duplicated(t, dt), Active((2.0, 3.0)))
+    np.testing.assert_allclose(dt[0], 2.0 * t[1])
+    np.testing.assert_allclose(dt[1], 2.0 * t[0])
+    assert dw == pytest.approx((11.0, 6.0))
+    with pytest.raises(TypeError, match="passed by value"):
+        autodiff(Reverse, pair_of_arrays, Duplicated((t[0], 1.0), (t[1], 0.0)),
+                 Active((2.0, 3.0)))
+
+
+Line = collections.namedtuple("Line", "slope intercept")
+
+
+@njit
+def line_loss(line, x, y):
+    return ((line.slope * x + line.intercept - y) ** 2).sum()
+
+
+def test_named_tuple_of_floats_is_active():
+    x, y = np.array([0.0, 1.0, 2.0]), np.array([1.0, 2.5, 5.0])
+    ((d, _, _),) = autodiff(Reverse, line_loss, Active(Line(1.5, 0.5)), Const(x), Const(y))
+    r = 1.5 * x + 0.5 - y
+    assert isinstance(d, Line)
+    assert d.slope == pytest.approx(2 * (r * x).sum())
+    assert d.intercept == pytest.approx(2 * r.sum())
+
+
+@njit
+def list_argument(parts):
+    s = 0.0
+    for k in range(len(parts)):
+        s += (parts[k] ** 2).sum() * (k + 1)
+    return s
+
+
+def test_reflected_list_of_arrays_argument():
+    parts = [np.array([1.0, 2.0]), np.array([3.0])]
+    dparts = zeros_like(parts)
+    autodiff(Reverse, list_argument, Duplicated(parts, dparts))
+    np.testing.assert_allclose(dparts[0], 2 * parts[0])
+    np.testing.assert_allclose(dparts[1], 4 * parts[1])
+    with pytest.raises(TypeError, match="NumPy array"):
+        autodiff(Reverse, list_argument, Duplicated([1.0, 2.0], [0.0, 0.0]))
+
+
+@njit
+def record_energy(r):
+    s = 0.0
+    for i in range(r.shape[0]):
+        s += r[i].x * r[i].y ** 2
+    return s
+
+
+def test_structured_array():
+    rec = np.zeros(3, dtype=[("x", np.float64), ("n", np.int64), ("y", np.float64)])
+    rec["x"], rec["n"], rec["y"] = [1.0, 2.0, 3.0], [7, 8, 9], [4.0, 5.0, 6.0]
+    drec = np.zeros_like(rec)
+    autodiff(Reverse, record_energy, Duplicated(rec, drec))
+    np.testing.assert_allclose(drec["x"], rec["y"] ** 2)
+    np.testing.assert_allclose(drec["y"], 2 * rec["x"] * rec["y"])
+    assert not drec["n"].any()
+
+
+def test_typed_containers_are_refused_by_name():
+    values = numba.typed.List([1.0, 2.0])
+    with pytest.raises(TypeError, match="numba.typed.List"):
+        autodiff(Reverse, list_argument, Duplicated(values, numba.typed.List([0.0, 0.0])))
