@@ -1,162 +1,127 @@
-"""Hand-written aug/rev pairs for runtime functions that have no IR to differentiate.
+"""Function-level derivative rules: the one door for derivatives not derived
+from a function's own IR.
 
-Numba sends ``np.dot`` of two 1-D float arrays to BLAS through ``numba_xxdot``;
-its derivative is written here directly in IR, in the calling convention of the
-generated derivatives (primal arguments, shadows of the 'dup' ones, the tape).
+A rule covers some functions (by symbol) and writes, for one (function,
+activity), the augmented forward and reverse functions (reverse mode) or the
+tangent function (forward mode), in the calling convention of the generated
+derivatives (the function's arguments, the shadows of its 'dup' ones, the
+tape). Calls to a covered function go through its rule wherever they are:
+at any depth of the call graph, in loops, in recursion.
+
+Built in: BLAS products (``blas.py``) and Numba's ``int_power`` helper.
+Users' rules (``defvjp``/``defjvp``/``inactive``, ``userrules.py``) and the
+rules for NumPy's linear algebra, written the same way, register here too.
 """
 from __future__ import annotations
 
-from .ir import Function, Value, local, tangent_name
-from .tape import POP, PUSH
-
-# numba_xxdot(kind, conjugate, n, a, b, out) -> status; kind is 'd' (100) or 's' (115).
-_XXDOT_PARAMS = [("i8", "kind"), ("i8", "conj"), ("i64", "n"),
-                 ("ptr", "a"), ("ptr", "b"), ("ptr", "out")]
-BLAS_UNSUPPORTED = ("numba_xxgemm", "numba_xxgemv", "numba_xxger", "numba_xxgesv")
+from . import blas
+from .ir import Function, local, tangent_name
 
 
-def custom_function(name: str, module=None):
-    """A signature-only Function model for a function with a hand-written derivative."""
-    if name == "numba_xxdot":
-        args = [Value(local(n), t, "arg", n) for t, n in _XXDOT_PARAMS]
-        return Function(name, "i32", args, [])
-    if "int_power_impl" in name and module is not None and name in module.functions:
-        fn = module.functions[name]
-        if len(fn.args) == 4 and fn.args[2].type in ("double", "float") and \
-                fn.args[3].type.startswith("i"):
-            return Function(name, "i32", fn.args, [])
-    return None
+class FunctionRule:
+    """A derivative for the functions it covers."""
+
+    def signature(self, name, module):
+        """A signature-only Function model if this rule covers ``name``, else None."""
+        raise NotImplementedError
+
+    def reverse(self, deriv, builder) -> str:
+        """The IR of ``deriv.aug_name`` and ``deriv.rev_name`` (``builder``, the
+        ModuleBuilder, gives the derivatives of other functions)."""
+        raise NotImplementedError
+
+    def forward(self, deriv, builder) -> str:
+        """The IR of ``deriv.name``, the tangent function."""
+        raise NotImplementedError
+
+    def declarations(self) -> dict:
+        """Functions the rule's IR calls, by name, as IR declarations."""
+        return {}
 
 
-def custom_derivative(deriv) -> str:
-    if deriv.fn.name == "numba_xxdot":
-        return xxdot_derivative(deriv)
-    return int_power_derivative(deriv)
+class BlasRule(FunctionRule):
+    _RULES = {"numba_xxdot": (blas.dot_reverse, blas.dot_forward),
+              "numba_xxgemv": (blas.gemv_reverse, blas.gemv_forward),
+              "numba_xxgemm": (blas.gemm_reverse, blas.gemm_forward)}
+
+    def signature(self, name, module):
+        return blas.signature(name)
+
+    def reverse(self, deriv, builder):
+        return self._RULES[deriv.fn.name][0](deriv)
+
+    def forward(self, deriv, builder):
+        return self._RULES[deriv.fn.name][1](deriv)
+
+    def declarations(self):
+        return blas.BLAS_DECLARATIONS
 
 
-def int_power_derivative(deriv) -> str:
+class IntPowerRule(FunctionRule):
     """Numba's ``int_power(a, n)`` helper (``x ** n`` with an integer n): its
-    loop of squarings is replaced by the rule d(a^n)/da = n a^(n-1)."""
-    retptr, excinfo, a, n = deriv.fn.args
-    ty = a.type
-    sfx = "f64" if ty == "double" else "f32"
-    params = ", ".join(deriv.params)
-    args = f"ptr {retptr.ref}, ptr {excinfo.ref}, {ty} {a.ref}, {n.type} {n.ref}"
-    aug = f"""
+    loop of squarings is replaced by d(a^n)/da = n a^(n-1)."""
+
+    def signature(self, name, module):
+        if "int_power_impl" in name and module is not None and name in module.functions:
+            fn = module.functions[name]
+            if len(fn.args) == 4 and fn.args[2].type in ("double", "float") and \
+                    fn.args[3].type.startswith("i"):
+                return Function(name, "i32", fn.args, [])
+        return None
+
+    @staticmethod
+    def _derivative(a, n, ty):
+        sfx = "f64" if ty == "double" else "f32"
+        return f"""  %nf = sitofp {n.type} {n.ref} to {ty}
+  %nm1 = fsub {ty} %nf, 1.0
+  %p = call {ty} @llvm.pow.{sfx}({ty} {a.ref}, {ty} %nm1)
+  %d = fmul {ty} %nf, %p
+  %n_is_zero = icmp eq {n.type} {n.ref}, 0
+  %d0 = select i1 %n_is_zero, {ty} 0.0, {ty} %d
+"""
+
+    def reverse(self, deriv, builder):
+        retptr, excinfo, a, n = deriv.fn.args
+        ty = a.type
+        params = ", ".join(deriv.params)
+        args = f"ptr {retptr.ref}, ptr {excinfo.ref}, {ty} {a.ref}, {n.type} {n.ref}"
+        aug = f"""
 define internal i32 @"{deriv.aug_name}"({params}) {{
   %status = call i32 @"{deriv.fn.name}"({args})
   ret i32 %status
 }}
 """
-    active = deriv.activity[2] == "active"
-    dup_ret = deriv.activity[0] == "dup"
-    if not active:
-        return aug + f"""
+        active = deriv.activity[2] == "active"
+        dup_ret = deriv.activity[0] == "dup"
+        shadow = f'%"~s.{retptr.name}"'
+        if not active:
+            return aug + f"""
 define internal void @"{deriv.rev_name}"({params}) {{
-  {f'store {ty} 0.0, ptr %"~s.{retptr.name}"' if dup_ret else ""}
+  {f'store {ty} 0.0, ptr {shadow}' if dup_ret else ""}
   ret void
 }}
 """
-    if dup_ret:
-        shadow = f'%"~s.{retptr.name}"'
-        seed = f"%adj = load {ty}, ptr {shadow}\n  store {ty} 0.0, ptr {shadow}"
-    else:
-        seed = f"%adj = fadd {ty} 0.0, 0.0"
-    return aug + f"""
+        seed = (f"%adj = load {ty}, ptr {shadow}\n  store {ty} 0.0, ptr {shadow}" if dup_ret
+                else f"%adj = fadd {ty} 0.0, 0.0")
+        return aug + f"""
 define internal {{ {ty} }} @"{deriv.rev_name}"({params}) {{
   {seed}
-  %nf = sitofp {n.type} {n.ref} to {ty}
-  %nm1 = fsub {ty} %nf, 1.0
-  %p = call {ty} @llvm.pow.{sfx}({ty} {a.ref}, {ty} %nm1)
-  %d = fmul {ty} %nf, %p
-  %n_is_zero = icmp eq {n.type} {n.ref}, 0
-  %d0 = select i1 %n_is_zero, {ty} 0.0, {ty} %d
-  %g = fmul {ty} %adj, %d0
+{self._derivative(a, n, ty)}  %g = fmul {ty} %adj, %d0
   %r = insertvalue {{ {ty} }} undef, {ty} %g, 0
   ret {{ {ty} }} %r
 }}
 """
 
-
-def xxdot_derivative(deriv) -> str:
-    """The aug/rev pair of ``numba_xxdot`` for the activity of ``deriv``."""
-    shadows = {name: (f'%"~s.{name}"' if act == "dup" else "null")
-               for (_, name), act in zip(_XXDOT_PARAMS, deriv.activity)}
-    params = ", ".join(deriv.params)
-    sizes = """  %is_double = icmp eq i8 %kind, 100
-  %size = select i1 %is_double, i64 8, i64 4
-  %bytes = mul i64 %n, %size
-  %twice = shl i64 %bytes, 1
-  %padded = add i64 %twice, 7
-  %total = and i64 %padded, -8"""
-    aug = f"""
-define internal i32 @"{deriv.aug_name}"({params}) {{
-entry:
-  %status = call i32 @numba_xxdot(i8 %kind, i8 %conj, i64 %n, ptr %a, ptr %b, ptr %out)
-{sizes}
-  %slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 %total)
-  call void @llvm.memcpy.p0.p0.i64(ptr %slot, ptr %a, i64 %bytes, i1 false)
-  %bcopy = getelementptr i8, ptr %slot, i64 %bytes
-  call void @llvm.memcpy.p0.p0.i64(ptr %bcopy, ptr %b, i64 %bytes, i1 false)
-  ret i32 %status
-}}
-"""
-    dout = shadows["out"]
-    # One branch per BLAS kind: out' is the incoming adjoint; a' += g b, b' += g a.
-    branches = "".join(f"""{ty}:
-  %g.{ty} = load {ty}, ptr {dout}
-  store {ty} 0.0, ptr {dout}
-  call void @enzpy.axpy.{ty}(i64 %n, {ty} %g.{ty}, ptr %bcopy, ptr {shadows["a"]})
-  call void @enzpy.axpy.{ty}(i64 %n, {ty} %g.{ty}, ptr %slot, ptr {shadows["b"]})
-  br label %done
-""" for ty in ("double", "float"))
-    rev = f"""
-define internal void @"{deriv.rev_name}"({params}) {{
-entry:
-{sizes}
-  %slot = call ptr @{POP}(ptr %"enzpy.tape", i64 %total)
-  %bcopy = getelementptr i8, ptr %slot, i64 %bytes
-  %no_out = icmp eq ptr {dout}, null
-  br i1 %no_out, label %done, label %has_out
-has_out:
-  br i1 %is_double, label %double, label %float
-{branches}done:
-  ret void
-}}
-"""
-    return aug + rev
-
-
-def custom_forward(deriv) -> str:
-    """The tangent function of a function with a hand-written derivative."""
-    if deriv.fn.name == "numba_xxdot":
-        return xxdot_forward(deriv)
-    return int_power_forward(deriv)
-
-
-def _shadow_ref(arg) -> str:
-    return local(tangent_name(arg.name))
-
-
-def int_power_forward(deriv) -> str:
-    """``int_power(a, n)``: the tangent is n a^(n-1) a'."""
-    retptr, excinfo, a, n = deriv.fn.args
-    ty = a.type
-    sfx = "f64" if ty == "double" else "f32"
-    args = f"ptr {retptr.ref}, ptr {excinfo.ref}, {ty} {a.ref}, {n.type} {n.ref}"
-    body = ""
-    if deriv.activity[0] == "dup":
-        tangent = _shadow_ref(a) if deriv.activity[2] == "active" else "0.0"
-        body = f"""  %nf = sitofp {n.type} {n.ref} to {ty}
-  %nm1 = fsub {ty} %nf, 1.0
-  %p = call {ty} @llvm.pow.{sfx}({ty} {a.ref}, {ty} %nm1)
-  %d = fmul {ty} %nf, %p
-  %n_is_zero = icmp eq {n.type} {n.ref}, 0
-  %d0 = select i1 %n_is_zero, {ty} 0.0, {ty} %d
-  %t = fmul {ty} %d0, {tangent}
-  store {ty} %t, ptr {_shadow_ref(retptr)}
-"""
-    return f"""
+    def forward(self, deriv, builder):
+        retptr, excinfo, a, n = deriv.fn.args
+        ty = a.type
+        args = f"ptr {retptr.ref}, ptr {excinfo.ref}, {ty} {a.ref}, {n.type} {n.ref}"
+        body = ""
+        if deriv.activity[0] == "dup":
+            tangent = local(tangent_name(a.name)) if deriv.activity[2] == "active" else "0.0"
+            body = (self._derivative(a, n, ty) + f"  %t = fmul {ty} %d0, {tangent}\n"
+                    f"  store {ty} %t, ptr {local(tangent_name(retptr.name))}\n")
+        return f"""
 define internal i32 @"{deriv.name}"({", ".join(deriv.params)}) {{
   %status = call i32 @"{deriv.fn.name}"({args})
 {body}  ret i32 %status
@@ -164,27 +129,24 @@ define internal i32 @"{deriv.name}"({", ".join(deriv.params)}) {{
 """
 
 
-def xxdot_forward(deriv) -> str:
-    """``numba_xxdot``: out' = dot(a', b) + dot(a, b')."""
-    shadows = {name: (local(tangent_name(name)) if act == "dup" else "null")
-               for (_, name), act in zip(_XXDOT_PARAMS, deriv.activity)}
-    dout = shadows["out"]
-    branches = "".join(f"""{ty}:
-  store {ty} 0.0, ptr {dout}
-  call void @enzpy.fwd.dot.{ty}(ptr {dout}, i64 %n, ptr {shadows["a"]}, ptr %b)
-  call void @enzpy.fwd.dot.{ty}(ptr {dout}, i64 %n, ptr {shadows["b"]}, ptr %a)
-  br label %done
-""" for ty in ("double", "float"))
-    return f"""
-define internal i32 @"{deriv.name}"({", ".join(deriv.params)}) {{
-entry:
-  %status = call i32 @numba_xxdot(i8 %kind, i8 %conj, i64 %n, ptr %a, ptr %b, ptr %out)
-  %no_out = icmp eq ptr {dout}, null
-  br i1 %no_out, label %done, label %has_out
-has_out:
-  %is_double = icmp eq i8 %kind, 100
-  br i1 %is_double, label %double, label %float
-{branches}done:
-  ret i32 %status
-}}
-"""
+# Most recently registered first: a user's rule replaces a built-in one.
+RULES: list = [BlasRule(), IntPowerRule()]
+
+
+def register(rule: FunctionRule):
+    RULES.insert(0, rule)
+
+
+def unregister(rule: FunctionRule):
+    RULES.remove(rule)
+
+
+def rule_for(name, module=None):
+    """(rule, signature model) of the rule covering ``name``, or (None, None)."""
+    for rule in RULES:
+        fn = rule.signature(name, module)
+        if fn is not None:
+            return rule, fn
+    return None, None
+
+

@@ -1,0 +1,466 @@
+"""Derivatives of the BLAS calls Numba makes, as IR in the calling convention of
+the generated derivatives: ``np.dot`` of vectors (``numba_xxdot``), matrix-vector
+products (``numba_xxgemv``) and matrix products (``numba_xxgemm``), whatever
+NumPy spelling reached them (``np.dot``, ``@``, ``np.matmul``, ``np.outer``...).
+
+The reverse of a product is products again (the reverse of a ``gemm`` is two
+``gemm``s), so a derivative costs a small multiple of the primal and stays
+O(n^3). The augmented forward records copies of the operands on the tape (the
+reverse needs them even if they are overwritten later). BLAS works on
+column-major blocks ``(data, leading dimension)``; Numba passes row-major
+arrays as their transposes, which the rules follow without knowing it.
+
+The element type is fixed per call site (Numba passes it as a constant
+``kind``: 'd' or 's'); the transposition flags are branched on at run time.
+"""
+from __future__ import annotations
+
+from .errors import UnsupportedError
+from .ir import Function, Value, local, tangent_name
+from .tape import POP, PUSH
+
+KINDS = {100: ("double", 8), 115: ("float", 4)}        # 'd', 's'
+_N, _T = 110, 116                                        # 'n', 't'
+
+GEMM_PARAMS = [("i8", "kind"), ("i8", "transa"), ("i8", "transb"), ("i64", "m"), ("i64", "n"),
+               ("i64", "k"), ("ptr", "alpha"), ("ptr", "a"), ("i64", "lda"), ("ptr", "b"),
+               ("i64", "ldb"), ("ptr", "beta"), ("ptr", "c"), ("i64", "ldc")]
+GEMV_PARAMS = [("i8", "kind"), ("i8", "trans"), ("i64", "m"), ("i64", "n"), ("ptr", "alpha"),
+               ("ptr", "a"), ("i64", "lda"), ("ptr", "x"), ("ptr", "beta"), ("ptr", "y")]
+DOT_PARAMS = [("i8", "kind"), ("i8", "conj"), ("i64", "n"), ("ptr", "a"), ("ptr", "b"),
+              ("ptr", "out")]
+PARAMS = {"numba_xxgemm": GEMM_PARAMS, "numba_xxgemv": GEMV_PARAMS, "numba_xxdot": DOT_PARAMS}
+
+
+def signature(name: str):
+    """A signature-only Function model of a BLAS entry point with a rule."""
+    params = PARAMS.get(name)
+    if params is None:
+        return None
+    return Function(name, "i32", [Value(local(n), t, "arg", n) for t, n in params], [])
+
+
+def check_call(ins, where, function):
+    """Refuse BLAS calls on complex numbers (kind 'c' or 'z'). Numba passes the
+    kind as a constant; enzpy's own tangent functions of BLAS calls (read back
+    for second order) pass on their caller's, checked there."""
+    kind = ins.args[0]
+    if kind.kind != "const" and function.startswith("enzpy."):
+        return
+    if kind.kind != "const" or int(kind.ref) not in KINDS:
+        raise UnsupportedError(f"`{ins.text}`: enzpy differentiates BLAS products of float32 "
+                               f"and float64 arrays only (not complex){where}")
+
+
+def _shadows(deriv, prefix):
+    return {n: (local(prefix + n) if act == "dup" else "null")
+            for (_, n), act in zip(PARAMS[deriv.fn.name], deriv.activity)}
+
+
+def _kind_branches(body):
+    """IR running ``body(ty, size)`` for the element type of the call."""
+    return "".join(f"{ty}:\n{body(ty, size)}  br label %done\n"
+                   for ty, size in KINDS.values())
+
+
+_KIND_SWITCH = ("  switch i8 %kind, label %double [ i8 100, label %double "
+                "i8 115, label %float ]\n")
+
+
+# -- gemm: C = alpha op(A) op(B) + beta C, op(A) m x k, op(B) k x n ----------------------
+_GEMM_CALL = ("call i32 @numba_xxgemm(i8 %kind, i8 {ta}, i8 {tb}, i64 {m}, i64 {n}, i64 {k}, "
+              "ptr {alpha}, ptr {a}, i64 {lda}, ptr {b}, i64 {ldb}, ptr {beta}, ptr {c}, "
+              "i64 {ldc})")
+
+# Extents (rows, columns) of the stored A and B, and their bytes.
+_GEMM_SIZES = """  %a_n = icmp eq i8 %transa, 110
+  %b_n = icmp eq i8 %transb, 110
+  %a_rows = select i1 %a_n, i64 %m, i64 %k
+  %a_cols = select i1 %a_n, i64 %k, i64 %m
+  %b_rows = select i1 %b_n, i64 %k, i64 %n
+  %b_cols = select i1 %b_n, i64 %n, i64 %k
+  %a_count = call i64 @enzpy.block.count(i64 %a_rows, i64 %a_cols, i64 %lda)
+  %b_count = call i64 @enzpy.block.count(i64 %b_rows, i64 %b_cols, i64 %ldb)
+  %is_float = icmp eq i8 %kind, 115
+  %size = select i1 %is_float, i64 4, i64 8
+  %a_bytes = mul i64 %a_count, %size
+  %b_bytes = mul i64 %b_count, %size
+  %ab_bytes = add i64 %a_bytes, %b_bytes
+  %scalars = add i64 %ab_bytes, 16
+  %padded = add i64 %scalars, 7
+  %total = and i64 %padded, -8
+"""
+
+
+def gemm_reverse(deriv) -> str:
+    """Aug/rev pair of ``numba_xxgemm``: dA += alpha dC op(B)^T (as A is
+    stored), dB += alpha op(A)^T dC, dC *= beta."""
+    s = _shadows(deriv, "~s.")
+    params = ", ".join(deriv.params)
+    call = _GEMM_CALL.format(ta="%transa", tb="%transb", m="%m", n="%n", k="%k",
+                             alpha="%alpha", a="%a", lda="%lda", b="%b", ldb="%ldb",
+                             beta="%beta", c="%c", ldc="%ldc")
+    aug = f"""
+define internal i32 @"{deriv.aug_name}"({params}) {{
+entry:
+{_GEMM_SIZES}  %slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 %total)
+  call void @llvm.memcpy.p0.p0.i64(ptr %slot, ptr %a, i64 %a_bytes, i1 false)
+  %b_copy = getelementptr i8, ptr %slot, i64 %a_bytes
+  call void @llvm.memcpy.p0.p0.i64(ptr %b_copy, ptr %b, i64 %b_bytes, i1 false)
+  %scalar_slot = getelementptr i8, ptr %slot, i64 %ab_bytes
+  call void @llvm.memcpy.p0.p0.i64(ptr %scalar_slot, ptr %alpha, i64 %size, i1 false)
+  %beta_slot = getelementptr i8, ptr %scalar_slot, i64 8
+  call void @llvm.memcpy.p0.p0.i64(ptr %beta_slot, ptr %beta, i64 %size, i1 false)
+  %status = {call}
+  ret i32 %status
+}}
+"""
+
+    def body(ty, size):
+        return f"""  %one.{ty} = alloca {ty}
+  store {ty} 1.0, ptr %one.{ty}
+  br i1 %no_a, label %db.{ty}, label %da.{ty}
+da.{ty}:
+  ; transa 'n': dA(m x k) += alpha dC op(B)^T; 't': dA(k x m) += alpha op(B) dC^T
+  %flip_b.{ty} = select i1 %b_n, i8 116, i8 110
+  %ta1.{ty} = select i1 %a_n, i8 110, i8 %transb
+  %tb1.{ty} = select i1 %a_n, i8 %flip_b.{ty}, i8 116
+  %m1.{ty} = select i1 %a_n, i64 %m, i64 %k
+  %n1.{ty} = select i1 %a_n, i64 %k, i64 %m
+  %p1.{ty} = select i1 %a_n, ptr {s["c"]}, ptr %b_copy
+  %l1.{ty} = select i1 %a_n, i64 %ldc, i64 %ldb
+  %q1.{ty} = select i1 %a_n, ptr %b_copy, ptr {s["c"]}
+  %r1.{ty} = select i1 %a_n, i64 %ldb, i64 %ldc
+  %s1.{ty} = {_GEMM_CALL.format(ta=f"%ta1.{ty}", tb=f"%tb1.{ty}", m=f"%m1.{ty}",
+                                  n=f"%n1.{ty}", k="%n", alpha="%alpha_copy",
+                                  a=f"%p1.{ty}", lda=f"%l1.{ty}", b=f"%q1.{ty}",
+                                  ldb=f"%r1.{ty}", beta=f"%one.{ty}", c=s["a"], ldc="%lda")}
+  br label %db.{ty}
+db.{ty}:
+  br i1 %no_b, label %dc.{ty}, label %db_do.{ty}
+db_do.{ty}:
+  ; transb 'n': dB(k x n) += alpha op(A)^T dC; 't': dB(n x k) += alpha dC^T op(A)
+  %flip_a.{ty} = select i1 %a_n, i8 116, i8 110
+  %ta2.{ty} = select i1 %b_n, i8 %flip_a.{ty}, i8 116
+  %tb2.{ty} = select i1 %b_n, i8 110, i8 %transa
+  %m2.{ty} = select i1 %b_n, i64 %k, i64 %n
+  %n2.{ty} = select i1 %b_n, i64 %n, i64 %k
+  %p2.{ty} = select i1 %b_n, ptr %slot, ptr {s["c"]}
+  %l2.{ty} = select i1 %b_n, i64 %lda, i64 %ldc
+  %q2.{ty} = select i1 %b_n, ptr {s["c"]}, ptr %slot
+  %r2.{ty} = select i1 %b_n, i64 %ldc, i64 %lda
+  %s2.{ty} = {_GEMM_CALL.format(ta=f"%ta2.{ty}", tb=f"%tb2.{ty}", m=f"%m2.{ty}",
+                                  n=f"%n2.{ty}", k="%m", alpha="%alpha_copy",
+                                  a=f"%p2.{ty}", lda=f"%l2.{ty}", b=f"%q2.{ty}",
+                                  ldb=f"%r2.{ty}", beta=f"%one.{ty}", c=s["b"], ldc="%ldb")}
+  br label %dc.{ty}
+dc.{ty}:
+  %beta.{ty} = load {ty}, ptr %beta_copy
+  call void @enzpy.block.scale.{ty}(ptr {s["c"]}, i64 %m, i64 %n, i64 %ldc, {ty} %beta.{ty})
+"""
+    rev = f"""
+define internal void @"{deriv.rev_name}"({params}) {{
+entry:
+{_GEMM_SIZES}  %slot = call ptr @{POP}(ptr %"enzpy.tape", i64 %total)
+  %b_copy = getelementptr i8, ptr %slot, i64 %a_bytes
+  %alpha_copy = getelementptr i8, ptr %slot, i64 %ab_bytes
+  %beta_copy = getelementptr i8, ptr %alpha_copy, i64 8
+  %no_c = icmp eq ptr {s["c"]}, null
+  %no_a = icmp eq ptr {s["a"]}, null
+  %no_b = icmp eq ptr {s["b"]}, null
+  br i1 %no_c, label %done, label %kinds
+kinds:
+{_KIND_SWITCH}{_kind_branches(body)}done:
+  ret void
+}}
+"""
+    return aug + rev
+
+
+def gemm_forward(deriv) -> str:
+    """Tangent of ``numba_xxgemm``: dC = beta dC + alpha (op(dA) op(B) + op(A) op(dB))."""
+    t = _shadows(deriv, "~t.")
+    call = _GEMM_CALL.format(ta="%transa", tb="%transb", m="%m", n="%n", k="%k",
+                             alpha="%alpha", a="%a", lda="%lda", b="%b", ldb="%ldb",
+                             beta="%beta", c="%c", ldc="%ldc")
+
+    def body(ty, size):
+        product = (lambda a, b, lab: f"""  %skip.{lab}.{ty} = icmp eq ptr {a if a != "%a" else b}, null
+  br i1 %skip.{lab}.{ty}, label %after.{lab}.{ty}, label %do.{lab}.{ty}
+do.{lab}.{ty}:
+  %r.{lab}.{ty} = {_GEMM_CALL.format(ta="%transa", tb="%transb", m="%m", n="%n", k="%k",
+                                       alpha="%alpha", a=a, lda="%lda", b=b, ldb="%ldb",
+                                       beta=f"%one.{ty}", c=t["c"], ldc="%ldc")}
+  br label %after.{lab}.{ty}
+after.{lab}.{ty}:
+""")
+        return (f"""  %one.{ty} = alloca {ty}
+  store {ty} 1.0, ptr %one.{ty}
+  %beta.{ty} = load {ty}, ptr %beta
+  call void @enzpy.block.scale.{ty}(ptr {t["c"]}, i64 %m, i64 %n, i64 %ldc, {ty} %beta.{ty})
+""" + product(t["a"], "%b", "a") + product("%a", t["b"], "b"))
+    return f"""
+define internal i32 @"{deriv.name}"({", ".join(deriv.params)}) {{
+entry:
+  %status = {call}
+  %no_c = icmp eq ptr {t["c"]}, null
+  br i1 %no_c, label %done, label %kinds
+kinds:
+{_KIND_SWITCH}{_kind_branches(body)}done:
+  ret i32 %status
+}}
+"""
+
+
+# -- gemv: y = alpha op(A) x + beta y, A m x n ------------------------------------------
+_GEMV_CALL = ("call i32 @numba_xxgemv(i8 %kind, i8 {trans}, i64 %m, i64 %n, ptr {alpha}, "
+              "ptr {a}, i64 %lda, ptr {x}, ptr {beta}, ptr {y})")
+_GEMV_SIZES = """  %t_n = icmp eq i8 %trans, 110
+  %x_len = select i1 %t_n, i64 %n, i64 %m
+  %y_len = select i1 %t_n, i64 %m, i64 %n
+  %a_count = call i64 @enzpy.block.count(i64 %m, i64 %n, i64 %lda)
+  %is_float = icmp eq i8 %kind, 115
+  %size = select i1 %is_float, i64 4, i64 8
+  %a_bytes = mul i64 %a_count, %size
+  %x_bytes = mul i64 %x_len, %size
+  %ax_bytes = add i64 %a_bytes, %x_bytes
+  %scalars = add i64 %ax_bytes, 16
+  %padded = add i64 %scalars, 7
+  %total = and i64 %padded, -8
+"""
+
+
+def gemv_reverse(deriv) -> str:
+    """Aug/rev pair of ``numba_xxgemv``: dx += alpha op(A)^T dy, dA += alpha
+    dy x^T (trans 'n') or alpha x dy^T ('t'), dy *= beta."""
+    s = _shadows(deriv, "~s.")
+    params = ", ".join(deriv.params)
+    aug = f"""
+define internal i32 @"{deriv.aug_name}"({params}) {{
+entry:
+{_GEMV_SIZES}  %slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 %total)
+  call void @llvm.memcpy.p0.p0.i64(ptr %slot, ptr %a, i64 %a_bytes, i1 false)
+  %x_copy = getelementptr i8, ptr %slot, i64 %a_bytes
+  call void @llvm.memcpy.p0.p0.i64(ptr %x_copy, ptr %x, i64 %x_bytes, i1 false)
+  %alpha_copy = getelementptr i8, ptr %slot, i64 %ax_bytes
+  call void @llvm.memcpy.p0.p0.i64(ptr %alpha_copy, ptr %alpha, i64 %size, i1 false)
+  %beta_copy = getelementptr i8, ptr %alpha_copy, i64 8
+  call void @llvm.memcpy.p0.p0.i64(ptr %beta_copy, ptr %beta, i64 %size, i1 false)
+  %status = {_GEMV_CALL.format(trans="%trans", alpha="%alpha", a="%a", x="%x", beta="%beta",
+                                y="%y")}
+  ret i32 %status
+}}
+"""
+
+    def body(ty, size):
+        return f"""  %one.{ty} = alloca {ty}
+  store {ty} 1.0, ptr %one.{ty}
+  br i1 %no_x, label %da.{ty}, label %dx.{ty}
+dx.{ty}:
+  %flip.{ty} = select i1 %t_n, i8 116, i8 110
+  %s1.{ty} = {_GEMV_CALL.format(trans=f"%flip.{ty}", alpha="%alpha_copy", a="%slot",
+                                  x=s["y"], beta=f"%one.{ty}", y=s["x"])}
+  br label %da.{ty}
+da.{ty}:
+  br i1 %no_a, label %dy.{ty}, label %da_do.{ty}
+da_do.{ty}:
+  ; dA(m x n) += alpha p q^T, (p, q) = (dy, x) for 'n', (x, dy) for 't'
+  %p.{ty} = select i1 %t_n, ptr {s["y"]}, ptr %x_copy
+  %q.{ty} = select i1 %t_n, ptr %x_copy, ptr {s["y"]}
+  %s2.{ty} = {_GEMM_CALL.format(ta="110", tb="116", m="%m", n="%n", k="1",
+                                  alpha="%alpha_copy", a=f"%p.{ty}", lda="%m_ld",
+                                  b=f"%q.{ty}", ldb="%n_ld", beta=f"%one.{ty}", c=s["a"],
+                                  ldc="%lda")}
+  br label %dy.{ty}
+dy.{ty}:
+  %beta.{ty} = load {ty}, ptr %beta_copy
+  call void @enzpy.block.scale.{ty}(ptr {s["y"]}, i64 %y_len, i64 1, i64 %y_len, {ty} %beta.{ty})
+"""
+    rev = f"""
+define internal void @"{deriv.rev_name}"({params}) {{
+entry:
+{_GEMV_SIZES}  %slot = call ptr @{POP}(ptr %"enzpy.tape", i64 %total)
+  %x_copy = getelementptr i8, ptr %slot, i64 %a_bytes
+  %alpha_copy = getelementptr i8, ptr %slot, i64 %ax_bytes
+  %beta_copy = getelementptr i8, ptr %alpha_copy, i64 8
+  %m_big = icmp sgt i64 %m, 1
+  %m_ld = select i1 %m_big, i64 %m, i64 1
+  %n_big = icmp sgt i64 %n, 1
+  %n_ld = select i1 %n_big, i64 %n, i64 1
+  %no_y = icmp eq ptr {s["y"]}, null
+  %no_a = icmp eq ptr {s["a"]}, null
+  %no_x = icmp eq ptr {s["x"]}, null
+  br i1 %no_y, label %done, label %kinds
+kinds:
+{_KIND_SWITCH}{_kind_branches(body)}done:
+  ret void
+}}
+"""
+    return aug + rev
+
+
+def gemv_forward(deriv) -> str:
+    """Tangent of ``numba_xxgemv``: dy = beta dy + alpha (op(dA) x + op(A) dx)."""
+    t = _shadows(deriv, "~t.")
+
+    def body(ty, size):
+        product = (lambda a, x, lab, skip: f"""  %skip.{lab}.{ty} = icmp eq ptr {skip}, null
+  br i1 %skip.{lab}.{ty}, label %after.{lab}.{ty}, label %do.{lab}.{ty}
+do.{lab}.{ty}:
+  %r.{lab}.{ty} = {_GEMV_CALL.format(trans="%trans", alpha="%alpha", a=a, x=x,
+                                       beta=f"%one.{ty}", y=t["y"])}
+  br label %after.{lab}.{ty}
+after.{lab}.{ty}:
+""")
+        return (f"""  %one.{ty} = alloca {ty}
+  store {ty} 1.0, ptr %one.{ty}
+  %beta.{ty} = load {ty}, ptr %beta
+  call void @enzpy.block.scale.{ty}(ptr {t["y"]}, i64 %y_len, i64 1, i64 %y_len, {ty} %beta.{ty})
+""" + product(t["a"], "%x", "a", t["a"]) + product("%a", t["x"], "x", t["x"]))
+    return f"""
+define internal i32 @"{deriv.name}"({", ".join(deriv.params)}) {{
+entry:
+  %status = {_GEMV_CALL.format(trans="%trans", alpha="%alpha", a="%a", x="%x", beta="%beta",
+                                y="%y")}
+  %t_n = icmp eq i8 %trans, 110
+  %y_len = select i1 %t_n, i64 %m, i64 %n
+  %no_y = icmp eq ptr {t["y"]}, null
+  br i1 %no_y, label %done, label %kinds
+kinds:
+{_KIND_SWITCH}{_kind_branches(body)}done:
+  ret i32 %status
+}}
+"""
+
+
+# -- dot: out = sum a b ---------------------------------------------------------------------
+def dot_reverse(deriv) -> str:
+    """Aug/rev pair of ``numba_xxdot``: a' += g b, b' += g a."""
+    s = _shadows(deriv, "~s.")
+    params = ", ".join(deriv.params)
+    sizes = """  %is_double = icmp eq i8 %kind, 100
+  %size = select i1 %is_double, i64 8, i64 4
+  %bytes = mul i64 %n, %size
+  %twice = shl i64 %bytes, 1
+  %padded = add i64 %twice, 7
+  %total = and i64 %padded, -8"""
+    aug = f"""
+define internal i32 @"{deriv.aug_name}"({params}) {{
+entry:
+  %status = call i32 @numba_xxdot(i8 %kind, i8 %conj, i64 %n, ptr %a, ptr %b, ptr %out)
+{sizes}
+  %slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 %total)
+  call void @llvm.memcpy.p0.p0.i64(ptr %slot, ptr %a, i64 %bytes, i1 false)
+  %bcopy = getelementptr i8, ptr %slot, i64 %bytes
+  call void @llvm.memcpy.p0.p0.i64(ptr %bcopy, ptr %b, i64 %bytes, i1 false)
+  ret i32 %status
+}}
+"""
+    branches = "".join(f"""{ty}:
+  %g.{ty} = load {ty}, ptr {s["out"]}
+  store {ty} 0.0, ptr {s["out"]}
+  call void @enzpy.axpy.{ty}(i64 %n, {ty} %g.{ty}, ptr %bcopy, ptr {s["a"]})
+  call void @enzpy.axpy.{ty}(i64 %n, {ty} %g.{ty}, ptr %slot, ptr {s["b"]})
+  br label %done
+""" for ty in ("double", "float"))
+    rev = f"""
+define internal void @"{deriv.rev_name}"({params}) {{
+entry:
+{sizes}
+  %slot = call ptr @{POP}(ptr %"enzpy.tape", i64 %total)
+  %bcopy = getelementptr i8, ptr %slot, i64 %bytes
+  %no_out = icmp eq ptr {s["out"]}, null
+  br i1 %no_out, label %done, label %has_out
+has_out:
+  br i1 %is_double, label %double, label %float
+{branches}done:
+  ret void
+}}
+"""
+    return aug + rev
+
+
+def dot_forward(deriv) -> str:
+    """Tangent of ``numba_xxdot``: out' = dot(a', b) + dot(a, b')."""
+    t = {name: (local(tangent_name(name)) if act == "dup" else "null")
+         for (_, name), act in zip(DOT_PARAMS, deriv.activity)}
+    dout = t["out"]
+    branches = "".join(f"""{ty}:
+  store {ty} 0.0, ptr {dout}
+  call void @enzpy.fwd.dot.{ty}(ptr {dout}, i64 %n, ptr {t["a"]}, ptr %b)
+  call void @enzpy.fwd.dot.{ty}(ptr {dout}, i64 %n, ptr {t["b"]}, ptr %a)
+  br label %done
+""" for ty in ("double", "float"))
+    return f"""
+define internal i32 @"{deriv.name}"({", ".join(deriv.params)}) {{
+entry:
+  %status = call i32 @numba_xxdot(i8 %kind, i8 %conj, i64 %n, ptr %a, ptr %b, ptr %out)
+  %no_out = icmp eq ptr {dout}, null
+  br i1 %no_out, label %done, label %has_out
+has_out:
+  %is_double = icmp eq i8 %kind, 100
+  br i1 %is_double, label %double, label %float
+{branches}done:
+  ret i32 %status
+}}
+"""
+
+
+def _block_scale(ty: str) -> str:
+    return f"""
+; A (rows x cols, leading dimension ld, column-major) *= s; zeroed when s is 0
+; (BLAS leaves beta * C unread when beta is 0). Nothing when A is null.
+define internal void @enzpy.block.scale.{ty}(ptr %a, i64 %rows, i64 %cols, i64 %ld, {ty} %s) {{
+entry:
+  %null = icmp eq ptr %a, null
+  br i1 %null, label %exit, label %columns
+columns:
+  %j = phi i64 [ 0, %entry ], [ %j.next, %column.end ]
+  %j.done = icmp sge i64 %j, %cols
+  br i1 %j.done, label %exit, label %column
+column:
+  %offset = mul i64 %j, %ld
+  %base = getelementptr {ty}, ptr %a, i64 %offset
+  br label %rows.loop
+rows.loop:
+  %i = phi i64 [ 0, %column ], [ %i.next, %row ]
+  %i.done = icmp sge i64 %i, %rows
+  br i1 %i.done, label %column.end, label %row
+row:
+  %p = getelementptr {ty}, ptr %base, i64 %i
+  %v = load {ty}, ptr %p
+  %scaled = fmul {ty} %v, %s
+  %zero = fcmp oeq {ty} %s, 0.0
+  %w = select i1 %zero, {ty} 0.0, {ty} %scaled
+  store {ty} %w, ptr %p
+  %i.next = add i64 %i, 1
+  br label %rows.loop
+column.end:
+  %j.next = add i64 %j, 1
+  br label %columns
+exit:
+  ret void
+}}
+"""
+
+
+# The helpers both modes' BLAS rules call.
+BLAS_RUNTIME = _block_scale("double") + _block_scale("float") + """
+; Elements spanned by a column-major block: (cols - 1) * ld + rows, 0 if empty.
+define internal i64 @enzpy.block.count(i64 %rows, i64 %cols, i64 %ld) {
+entry:
+  %empty_r = icmp sle i64 %rows, 0
+  %empty_c = icmp sle i64 %cols, 0
+  %empty = or i1 %empty_r, %empty_c
+  %c1 = sub i64 %cols, 1
+  %lead = mul i64 %c1, %ld
+  %count = add i64 %lead, %rows
+  %r = select i1 %empty, i64 0, i64 %count
+  ret i64 %r
+}
+"""
+BLAS_DECLARATIONS = {
+    "numba_xxgemm": "declare i32 @numba_xxgemm(i8, i8, i8, i64, i64, i64, ptr, ptr, i64, ptr, "
+                    "i64, ptr, ptr, i64)",
+    "numba_xxgemv": "declare i32 @numba_xxgemv(i8, i8, i64, i64, ptr, ptr, i64, ptr, ptr, ptr)",
+}

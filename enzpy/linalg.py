@@ -1,0 +1,427 @@
+"""Derivatives of NumPy's linear algebra (what Numba sends to LAPACK), as
+matrix-level rules registered on Numba's implementations: the reverse of
+``solve`` is one more solve with the transpose, the reverse of ``cholesky`` two
+triangular solves, and so on, so a derivative costs a small multiple of the
+primal. Each rule is an ordinary pair of ``@njit`` functions (``fwd``, ``bwd``)
+and a ``jvp``, entered through the same door as the users' ``defvjp`` rules;
+their own products and solves are differentiated again for second order.
+
+Formulas: M. Giles, "An extended collection of matrix derivative results for
+forward and reverse mode algorithmic differentiation" (2008); I. Murray,
+"Differentiation of the Cholesky decomposition" (2016); for ``eigh``/``svd``,
+the standard perturbation results (undefined for repeated eigenvalues or
+singular values, where the result follows the primal's inf/nan).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .userrules import builtin_vjp
+
+_MODULE = "numba.np.linalg"
+
+
+def _rule(name, fwd, bwd, jvp, inner=None):
+    """A rule for ``numba.np.linalg.<name>``'s implementation (the function
+    ``inner`` it returns, by default of the same name)."""
+    builtin_vjp(_MODULE, f"{name}.<locals>.{inner or name}", fwd, bwd, jvp)
+
+
+@njit
+def _as_column(v):
+    return v.reshape(v.shape[0], -1)
+
+
+# -- solve(a, b): a x = b -------------------------------------------------------------------
+def _solve_fwd(a, b):
+    x = np.linalg.solve(a, b)
+    return x, (a, x)
+
+
+def _solve_bwd(res, g):
+    a, x = res
+    gb = np.linalg.solve(a.T, g)
+    ga = -(_as_column(gb) @ _as_column(x).T)
+    return ga, gb
+
+
+def _solve_jvp(primals, tangents):
+    a, b = primals
+    da, db = tangents
+    x = np.linalg.solve(a, b)
+    dx = np.linalg.solve(a, db - (da @ _as_column(x)).reshape(x.shape))
+    return x, dx
+
+
+_rule("solve_impl", _solve_fwd, _solve_bwd, _solve_jvp)
+
+
+# -- inv(a) ---------------------------------------------------------------------------------
+def _inv_fwd(a):
+    y = np.linalg.inv(a)
+    return y, y
+
+
+def _inv_bwd(y, g):
+    return (-(y.T @ g @ y.T),)
+
+
+def _inv_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    y = np.linalg.inv(a)
+    return y, -(y @ da @ y)
+
+
+_rule("inv_impl", _inv_fwd, _inv_bwd, _inv_jvp)
+
+
+# -- det(a), slogdet(a) -----------------------------------------------------------------------
+def _det_fwd(a):
+    d = np.linalg.det(a)
+    return d, (a, d)
+
+
+def _det_bwd(res, g):
+    a, d = res
+    return (g * d * np.linalg.inv(a).T,)
+
+
+def _det_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    d = np.linalg.det(a)
+    return d, d * np.sum(np.linalg.inv(a).T * da)
+
+
+_rule("det_impl", _det_fwd, _det_bwd, _det_jvp)
+
+
+def _slogdet_fwd(a):
+    sign, logdet = np.linalg.slogdet(a)
+    return (sign, logdet), a
+
+
+def _slogdet_bwd(a, g):
+    return (g[1] * np.linalg.inv(a).T,)
+
+
+def _slogdet_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    sign, logdet = np.linalg.slogdet(a)
+    return (sign, logdet), (0.0 * sign, np.sum(np.linalg.inv(a).T * da))
+
+
+_rule("slogdet_impl", _slogdet_fwd, _slogdet_bwd, _slogdet_jvp)
+
+
+# -- cholesky(a) = L, a = L L^T -----------------------------------------------------------------
+@njit
+def _phi(x):
+    """The lower triangle of x with its diagonal halved."""
+    return np.tril(x) - 0.5 * np.diag(np.diag(x))
+
+
+def _cholesky_fwd(a):
+    lower = np.linalg.cholesky(a)
+    return lower, lower
+
+
+def _cholesky_bwd(lower, g):
+    # abar = L^-T Phi(L^T Lbar) L^-1, symmetrized (a is symmetric)
+    p = _phi(lower.T @ g)
+    inner = np.linalg.solve(lower.T, p.T).T             # P L^-1
+    abar = np.linalg.solve(lower.T, inner)              # L^-T P L^-1
+    return (0.5 * (abar + abar.T),)
+
+
+def _cholesky_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    lower = np.linalg.cholesky(a)
+    s = np.linalg.solve(lower, np.linalg.solve(lower, 0.5 * (da + da.T)).T).T  # L^-1 dA L^-T
+    return lower, lower @ _phi(s)
+
+
+_rule("cho_impl", _cholesky_fwd, _cholesky_bwd, _cholesky_jvp)
+
+
+# -- eigh(a) = (w, v): a v = v diag(w) ------------------------------------------------------------
+@njit
+def _eigh_f(w):
+    n = w.shape[0]
+    f = np.zeros((n, n), dtype=w.dtype)
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                f[i, j] = 1.0 / (w[j] - w[i])
+    return f
+
+
+def _eigh_fwd(a):
+    w, v = np.linalg.eigh(a)
+    return (w, v), (w, v)
+
+
+def _eigh_bwd(res, g):
+    w, v = res
+    gw, gv = g
+    inner = np.diag(gw) + _eigh_f(w) * (v.T @ gv)
+    abar = v @ inner @ v.T
+    return (0.5 * (abar + abar.T),)
+
+
+def _eigh_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    w, v = np.linalg.eigh(a)
+    s = v.T @ (0.5 * (da + da.T)) @ v
+    return (w, v), (np.diag(s).copy(), v @ (_eigh_f(w) * s))
+
+
+_rule("eigh_impl", _eigh_fwd, _eigh_bwd, _eigh_jvp)
+
+
+def _eigvalsh_fwd(a):
+    w, v = np.linalg.eigh(a)
+    return w, v
+
+
+def _eigvalsh_bwd(v, g):
+    abar = (v * g) @ v.T
+    return (abar,)
+
+
+def _eigvalsh_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    w, v = np.linalg.eigh(a)
+    return w, np.sum(v * ((0.5 * (da + da.T)) @ v), axis=0)
+
+
+_rule("eigvalsh_impl", _eigvalsh_fwd, _eigvalsh_bwd, _eigvalsh_jvp)
+
+
+# -- svd(a, full_matrices) = (u, s, vh), a = u diag(s) vh -------------------------------------
+@njit
+def _svd_f(s):
+    k = s.shape[0]
+    f = np.zeros((k, k), dtype=s.dtype)
+    for i in range(k):
+        for j in range(k):
+            if i != j:
+                f[i, j] = 1.0 / (s[j] * s[j] - s[i] * s[i])
+    return f
+
+
+def _svd_fwd(a, full_matrices):
+    u, s, vh = np.linalg.svd(a, full_matrices)
+    return (u, s, vh), (a, u, s, vh)
+
+
+def _svd_bwd(res, g):
+    # Reduced SVD (Townsend 2016); the extra columns of a full SVD of a
+    # non-square matrix are not unique, so they may carry no cotangent.
+    a, u_full, s, vh_full = res
+    gu_full, gs, gvh_full = g
+    m, n = a.shape
+    k = s.shape[0]
+    if np.any(gu_full[:, k:] != 0.0) or np.any(gvh_full[k:, :] != 0.0):
+        raise ValueError("np.linalg.svd: the derivative through the extra singular vectors "
+                         "of a full SVD of a non-square matrix is not defined; use "
+                         "full_matrices=False")
+    u = np.ascontiguousarray(u_full[:, :k])
+    v = np.ascontiguousarray(vh_full[:k, :].T)
+    gu = np.ascontiguousarray(gu_full[:, :k])
+    gv = np.ascontiguousarray(gvh_full[:k, :].T)
+    f = _svd_f(s)
+    ut_gu = u.T @ gu
+    vt_gv = v.T @ gv
+    inner = (f * (ut_gu - ut_gu.T)) * s.reshape(1, k) + np.diag(gs) + \
+        s.reshape(k, 1) * (f * (vt_gv - vt_gv.T))
+    abar = u @ inner @ v.T
+    inv_s = 1.0 / s
+    abar += (gu - u @ ut_gu) * inv_s.reshape(1, k) @ v.T
+    abar += u @ ((gv - v @ vt_gv) * inv_s.reshape(1, k)).T
+    return abar, None
+
+
+def _svd_jvp(primals, tangents):
+    a, full_matrices = primals
+    da = tangents[0]
+    u_full, s, vh_full = np.linalg.svd(a, full_matrices)
+    k = s.shape[0]
+    u = np.ascontiguousarray(u_full[:, :k])
+    v = np.ascontiguousarray(vh_full[:k, :].T)
+    p = u.T @ da @ v
+    ds = np.diag(p).copy()
+    f = _svd_f(s)
+    sk = s.reshape(1, k)
+    du = u @ (f * (p * sk + (sk.T * p.T))) + (da @ v - u @ p) / sk
+    dv = v @ (f * (sk.T * p + p.T * sk)) + (da.T @ u - v @ p.T) / sk
+    du_full = np.full(u_full.shape, np.nan, dtype=a.dtype)     # extra columns: undefined
+    du_full[:, :k] = du
+    dvh_full = np.full(vh_full.shape, np.nan, dtype=a.dtype)
+    dvh_full[:k, :] = dv.T
+    return (u_full, s, vh_full), (du_full, ds, dvh_full)
+
+
+_rule("svd_impl", _svd_fwd, _svd_bwd, _svd_jvp)
+
+
+# -- qr(a) = (q, r), reduced ----------------------------------------------------------------
+@njit
+def _copy_lower_to_upper(x):
+    return np.tril(x) + np.tril(x, -1).T
+
+
+@njit
+def _qr_bwd_tall(q, r, gq, gr):
+    # m >= n (Walter & Lehmann): abar = (gq + q copyltu(M)) r^-T, M = r gr^T - gq^T q
+    mm = r @ gr.T - gq.T @ q
+    b = gq + q @ _copy_lower_to_upper(mm)
+    return np.linalg.solve(r, b.T).T
+
+
+def _qr_fwd(a):
+    q, r = np.linalg.qr(a)
+    return (q, r), (q, r)
+
+
+def _qr_bwd(res, g):
+    q, r = res
+    gq, gr = g
+    m, n = q.shape[0], r.shape[1]
+    if m >= n:
+        return (_qr_bwd_tall(q, r, gq, gr),)
+    # m < n (Liao et al. 2019): a = [x | y], x = q u, y = q v
+    u = np.ascontiguousarray(r[:, :m])
+    v = np.ascontiguousarray(r[:, m:])
+    gu = np.ascontiguousarray(gr[:, :m])
+    gv = np.ascontiguousarray(gr[:, m:])
+    y = q @ v
+    abar = np.empty((m, n), dtype=q.dtype)
+    abar[:, :m] = _qr_bwd_tall(q, u, gq + y @ gv.T, gu)
+    abar[:, m:] = q @ gv
+    return (abar,)
+
+
+def _qr_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    q, r = np.linalg.qr(a)
+    m, n = a.shape
+    if m < n:
+        raise ValueError("np.linalg.qr: forward mode supports matrices with at least as many "
+                         "rows as columns")
+    c = np.linalg.solve(r.T, (q.T @ da).T).T            # q^T da r^-1
+    omega = np.tril(c, -1) - np.tril(c, -1).T
+    dq = q @ omega + (da - q @ (q.T @ da)) @ np.linalg.inv(r)
+    dr = (c - omega) @ r
+    return (q, r), (dq, dr)
+
+
+_rule("qr_impl", _qr_fwd, _qr_bwd, _qr_jvp)
+
+
+# -- pinv(a) --------------------------------------------------------------------------------
+def _pinv_fwd(a, rcond):
+    p = np.linalg.pinv(a, rcond)
+    return p, (a, p)
+
+
+def _pinv_bwd(res, g):
+    a, p = res
+    m, n = a.shape
+    ap = np.eye(m, dtype=a.dtype) - a @ p
+    pa = np.eye(n, dtype=a.dtype) - p @ a
+    return -(p.T @ g @ p.T) + ap @ g.T @ p @ p.T + p.T @ p @ g.T @ pa, None
+
+
+def _pinv_jvp(primals, tangents):
+    a, rcond = primals
+    da = tangents[0]
+    p = np.linalg.pinv(a, rcond)
+    m, n = a.shape
+    ap = np.eye(m, dtype=a.dtype) - a @ p
+    pa = np.eye(n, dtype=a.dtype) - p @ a
+    return p, -(p @ da @ p) + p @ p.T @ da.T @ ap + pa @ da.T @ p.T @ p
+
+
+_rule("pinv_impl", _pinv_fwd, _pinv_bwd, _pinv_jvp)
+
+
+# -- lstsq(a, b, rcond) = (x, residuals, rank, s), for full column rank ---------------------
+def _lstsq_fwd(a, b, rcond):
+    x, residues, rank, s = np.linalg.lstsq(a, b, rcond)
+    return (x, residues, rank, s), (a, b, x)
+
+
+def _lstsq_bwd(res, g):
+    a, b, x = res
+    gx, gres, _, gs = g
+    x2 = _as_column(x)
+    r = _as_column(b) - a @ x2
+    z = np.linalg.solve(a.T @ a, _as_column(gx))
+    abar = r @ z.T - a @ z @ x2.T
+    bbar = a @ z
+    if gres.size:            # residuals: the squared norms of the columns of r
+        abar -= 2.0 * (r * gres.reshape(1, -1)) @ x2.T
+        bbar += 2.0 * r * gres.reshape(1, -1)
+    if np.any(gs != 0.0):    # the singular values of a
+        u, s, vh = np.linalg.svd(a, False)
+        abar += (u * gs.reshape(1, -1)) @ vh
+    return abar, bbar.reshape(b.shape), None
+
+
+def _lstsq_jvp(primals, tangents):
+    a, b, rcond = primals
+    da, db = tangents[0], tangents[1]
+    x, residues, rank, s = np.linalg.lstsq(a, b, rcond)
+    x2 = _as_column(x)
+    r = _as_column(b) - a @ x2
+    dx = np.linalg.solve(a.T @ a, da.T @ r + a.T @ (_as_column(db) - da @ x2))
+    dres = residues * 0.0
+    if residues.size:
+        dres = -2.0 * np.sum(r * (da @ x2 - _as_column(db) + a @ dx), axis=0)
+    u, s2, vh = np.linalg.svd(a, False)
+    ds = np.sum(u * (da @ vh.T), axis=0)
+    return (x, residues, rank, s), (dx.reshape(x.shape), dres, rank, ds)
+
+
+_rule("lstsq_impl", _lstsq_fwd, _lstsq_bwd, _lstsq_jvp)
+
+
+# -- helpers of np.linalg.norm and np.linalg.cond ----------------------------------------------
+def _norm2_fwd(a):
+    r = np.sqrt(np.sum(a * a))
+    return r, (a, r)
+
+
+def _norm2_bwd(res, g):
+    a, r = res
+    return (a * (g / r),)
+
+
+def _norm2_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    r = np.sqrt(np.sum(a * a))
+    return r, np.sum(a * da) / r
+
+
+_rule("_oneD_norm_2_impl", _norm2_fwd, _norm2_bwd, _norm2_jvp, inner="impl")
+
+
+def _singular_values_fwd(a):
+    u, s, vh = np.linalg.svd(a, False)
+    return s, (u, vh)
+
+
+def _singular_values_bwd(res, g):
+    u, vh = res
+    return ((u * g.reshape(1, -1)) @ vh,)
+
+
+def _singular_values_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    u, s, vh = np.linalg.svd(a, False)
+    return s, np.sum(u * (da @ vh.T), axis=0)
+
+
+_rule("_compute_singular_values_impl", _singular_values_fwd, _singular_values_bwd,
+      _singular_values_jvp, inner="sv_function")
