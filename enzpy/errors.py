@@ -7,3 +7,8 @@ class UnsupportedError(Exception):
 
 class InternalError(RuntimeError):
     """A failure of enzpy itself while building a derivative: a bug to report."""
+
+
+class RuleError(TypeError):
+    """A custom derivative rule that does not fit its function (signature,
+    number, types or shapes of what it returns), found when it is used."""

@@ -1,15 +1,17 @@
 """The tape: a LIFO byte stack passed as a hidden pointer to derivative functions.
 
-Layout ``{ ptr data, i64 top, i64 capacity, i64 peak }``; ``peak`` is the
-largest ``top`` of the call, which ``autodiff`` reports. The augmented forward
+Layout ``{ ptr data, i64 top, i64 capacity, i64 peak, i32 status, ptr excinfo }``;
+``peak`` is the largest ``top`` of the call, which ``autodiff`` reports;
+``status``/``excinfo`` hold the first exception raised during the reverse sweep
+(by a user's derivative rule), which the entry point raises after it. The augmented forward
 reserves a block of slots per basic-block execution and stores into them; the
 reverse sweep releases the same block in reverse order. Growth (``realloc``) is
 the rare, out-of-line branch.
 """
 
-from .ir import split_top
+from .ir import fields_of
 
-TAPE_TYPE = "{ ptr, i64, i64, i64 }"
+TAPE_TYPE = "{ ptr, i64, i64, i64, i32, ptr }"
 SLOT = 8          # every recorded scalar takes one 8-byte slot
 PUSH = "enzpy.tape.reserve"
 POP = "enzpy.tape.release"
@@ -20,6 +22,9 @@ SINK_WRITE = "enzpy.trash"      # writes through a null shadow land here
 HEADER = 16                    # bytes before the data: the capacity, for reuse
 KEEP_LIMIT = 64 << 20          # a tape up to this size is kept for the next call
 PEAK_FIELD = 3
+STATUS_FIELD = 4
+EXCINFO_FIELD = 5
+RAISE = "enzpy.tape.raise"
 
 # ``grow`` never sees the tape struct: with the struct only reached through
 # the (noalias) tape argument, LLVM keeps ``top``/``capacity`` in registers
@@ -89,6 +94,27 @@ define internal ptr @{POP}(ptr noalias %t, i64 %n) alwaysinline {{
 @{SINK_READ} = internal constant [1024 x i8] zeroinitializer, align 64
 @{SINK_WRITE} = internal global [1024 x i8] zeroinitializer, align 64
 
+; Keep the first exception (status, excinfo) raised during the reverse sweep.
+define internal void @{RAISE}(ptr %t, i32 %status, ptr %excinfo) {{
+entry:
+  %ok = icmp eq i32 %status, 0
+  %none = icmp eq i32 %status, -2
+  %fine = or i1 %ok, %none
+  %statusp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {STATUS_FIELD}
+  %old = load i32, ptr %statusp
+  %first = icmp eq i32 %old, 0
+  br i1 %fine, label %done, label %error
+error:
+  br i1 %first, label %record, label %done
+record:
+  store i32 %status, ptr %statusp
+  %excp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {EXCINFO_FIELD}
+  store ptr %excinfo, ptr %excp
+  br label %done
+done:
+  ret void
+}}
+
 ; Start a call's tape on the buffer the previous call left, if any.
 define internal void @{ACQUIRE}(ptr %t) {{
 entry:
@@ -135,8 +161,7 @@ done:
 def slot_bytes(ty: str) -> int:
     """Bytes a value of type ``ty`` takes on the tape (8 per scalar leaf)."""
     if ty.startswith("{") or ty.startswith("<{"):
-        inner = ty.strip("<>{} ")
-        return sum(slot_bytes(t) for t in split_top(inner))
+        return sum(slot_bytes(t) for t in fields_of(ty))
     if ty.startswith("["):
         count, elt = ty[1:-1].split(" x ", 1)
         return int(count) * slot_bytes(elt.strip())

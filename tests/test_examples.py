@@ -10,7 +10,7 @@ import pytest
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 
 
-@pytest.mark.parametrize("script", ["quickstart.py", "second_order.py"])
+@pytest.mark.parametrize("script", ["quickstart.py", "second_order.py", "custom_rules.py"])
 def test_example_runs(script):
     done = subprocess.run([sys.executable, os.path.join(EXAMPLES, script)],
                           capture_output=True, text=True, timeout=600)

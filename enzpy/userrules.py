@@ -1,0 +1,776 @@
+"""Custom derivative rules written as ``@njit`` functions (JAX's shapes).
+
+    enzpy.defvjp(f, fwd, bwd)   # fwd(*args) -> (out, residuals); bwd(residuals, g) -> cotangents
+    enzpy.defjvp(f, jvp)        # jvp(primals, tangents) -> (out, tangent_out)
+    enzpy.inactive(f)           # calls of f carry no derivative
+    enzpy.clear_rules(f)
+
+A rule is used wherever ``f`` is called: the call goes through the one door
+of function-level rules (``custom.py``) to small ``@njit`` glue functions
+generated per rule and argument types, which Numba compiles and enzpy links
+into the primal module like any callee:
+
+* reverse mode: the augmented forward calls ``aug(*args) -> (out, box[, shadow])``
+  (``box`` a structref holding the residuals, ``out`` and, for an array
+  ``out``, its zero shadow; the box goes on the tape); the reverse calls
+  ``rev(box, g, shadows..., flags...) -> float cotangents``, which adds array
+  cotangents into the arguments' shadows in place;
+* forward mode: ``fwd(*args, tangents..., flags...) -> (out, tangent_out)``.
+
+The glue is ordinary Numba code, so second order (reverse over forward)
+differentiates it, and through it the rule's own functions. Rules also serve
+enzpy's derivatives of NumPy's linear algebra (``linalg.py``), registered on
+Numba's implementation functions.
+"""
+from __future__ import annotations
+
+import itertools
+import linecache
+import threading
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from numba import types
+from numba.core.registry import cpu_target
+from numba.experimental import structref
+
+from . import custom, frontend
+from .errors import RuleError, UnsupportedError
+from .ir import Function, fields_of, local, tangent_name
+from .irtext import type_text
+from .tape import POP, PUSH, RAISE
+
+
+@dataclass
+class RuleSpec:
+    name: str                 # for messages
+    fwd: object = None        # defvjp
+    bwd: object = None
+    jvp: object = None        # defjvp
+    inactive: bool = False
+
+
+_lock = threading.RLock()
+_rules: dict = {}             # the user's function (py_func) -> RuleSpec
+_builtin: dict = {}           # (module, qualified name) of a Numba implementation -> RuleSpec
+
+
+def _function(f):
+    if isinstance(f, numba.core.dispatcher.Dispatcher):
+        return f.py_func
+    if callable(f):
+        return f
+    raise RuleError(f"expected an @njit function, got {type(f).__name__}")
+
+
+def _njit(g, what, rule):
+    if isinstance(g, numba.core.dispatcher.Dispatcher):
+        return g
+    if callable(g):
+        return numba.njit(g)
+    raise RuleError(f"{rule}: {what} must be an @njit function, got {type(g).__name__}")
+
+
+def _spec(f) -> RuleSpec:
+    fn = _function(f)
+    spec = _rules.get(fn)
+    if spec is None:
+        spec = _rules[fn] = RuleSpec(f"the rule of '{fn.__qualname__}'")
+    return spec
+
+
+def defvjp(f, fwd, bwd):
+    """Reverse-mode rule of ``f``: ``fwd(*args) -> (out, residuals)`` and
+    ``bwd(residuals, g) -> tuple`` with one cotangent per argument of ``f``
+    (a float for a float argument, an array shaped like an array argument,
+    None for an argument carrying no derivative); ``g`` is the cotangent of
+    ``out``. enzpy adds the cotangents into the adjoints and shadows."""
+    with _lock:
+        spec = _spec(f)
+        spec.fwd, spec.bwd = _njit(fwd, "fwd", spec.name), _njit(bwd, "bwd", spec.name)
+        spec.inactive = False
+        _changed()
+    return f
+
+
+def defjvp(f, jvp):
+    """Forward-mode rule of ``f``: ``jvp(primals, tangents) -> (out,
+    tangent_out)``, ``primals`` and ``tangents`` tuples with one entry per
+    argument (the tangent of an integer argument is the argument itself)."""
+    with _lock:
+        spec = _spec(f)
+        spec.jvp = _njit(jvp, "jvp", spec.name)
+        spec.inactive = False
+        _changed()
+    return f
+
+
+def inactive(f):
+    """Calls of ``f`` carry no derivative: the result is a constant, and what
+    ``f`` writes into memory is not differentiated."""
+    with _lock:
+        spec = _spec(f)
+        spec.fwd = spec.bwd = spec.jvp = None
+        spec.inactive = True
+        _changed()
+    return f
+
+
+def clear_rules(f):
+    """Remove the rules registered for ``f``: it is differentiated through its
+    own code again."""
+    with _lock:
+        _rules.pop(_function(f), None)
+        _changed()
+
+
+def builtin_vjp(module, qualname, fwd, bwd, jvp=None):
+    """A rule for Numba's implementation ``module.qualname`` (NumPy's linear
+    algebra: see linalg.py)."""
+    _builtin[(module, qualname)] = RuleSpec(f"enzpy's rule for {qualname.split('.')[0]}",
+                                            numba.njit(fwd), numba.njit(bwd),
+                                            numba.njit(jvp) if jvp else None)
+
+
+def _changed():
+    """A registration changes derivatives already built: they are dropped
+    (derivatives inside @njit callers compiled earlier keep the old rule)."""
+    from . import cache, pipeline
+    _glue.clear()
+    _spec_of.clear()
+    with cache.STATS.lock:
+        cache.SHARED.clear()
+    _trampolines.clear()
+    pipeline.entries.clear()
+
+
+# -- which calls have a rule -----------------------------------------------------------
+_spec_of: dict = {}           # symbol -> (RuleSpec, dispatcher, argtypes) or None
+
+
+def rule_of(symbol):
+    """(spec, dispatcher, argument types) of the rule for a Numba function, or None."""
+    if symbol in _spec_of:
+        return _spec_of[symbol]
+    found = None
+    located = frontend.dispatcher_of(symbol)
+    if located is not None:
+        disp, argtypes = located
+        fn = disp.py_func
+        spec = _rules.get(fn) or _builtin.get(
+            (getattr(fn, "__module__", ""), getattr(fn, "__qualname__", "")))
+        if spec is not None:
+            found = (spec, disp, argtypes)
+    _spec_of[symbol] = found
+    return found
+
+
+def has_rule(disp) -> bool:
+    return _function(disp) in _rules
+
+
+_trampolines: dict = {}
+
+
+def trampoline(disp):
+    """An @njit function calling ``disp``: differentiating it applies ``disp``'s
+    rule at the top level too."""
+    if disp not in _trampolines:
+        n = disp.py_func.__code__.co_argcount
+        names = ", ".join(f"a{i}" for i in range(n))
+        namespace = {"f": disp}
+        exec(f"def call({names}):\n    return f({names})\n", namespace)
+        call = namespace["call"]
+        call.__qualname__ = disp.py_func.__qualname__
+        _trampolines[disp] = numba.njit(call)
+    return _trampolines[disp]
+
+
+def glue_dispatchers(symbol):
+    """The glue functions to link beside a call of ``symbol``, as (dispatcher,
+    argument types): ``frontend.collect_module`` links their raw IR."""
+    if rule_of(symbol) is None:
+        return []
+    glue = glue_for(symbol)
+    return [(g.dispatcher, g.argtypes) for g in glue.functions if g is not None]
+
+
+frontend.EXTRA_CALLEES.append(glue_dispatchers)
+
+
+# -- the glue ----------------------------------------------------------------------------
+@structref.register
+class _BoxType(types.StructRef):
+    """What the reverse sweep keeps of one rule call: the residuals, the
+    primal result and its shadow."""
+
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(ty)) for name, ty in fields)
+
+
+structref.define_attributes(_BoxType)
+
+
+@dataclass
+class _Compiled:
+    dispatcher: object
+    argtypes: tuple
+    restype: object
+
+    @property
+    def symbol(self):
+        return self.dispatcher.overloads[self.argtypes].fndesc.mangled_name
+
+
+@dataclass
+class _Glue:
+    spec: RuleSpec
+    argtypes: tuple
+    restype: object
+    kinds: list               # per argument: 'float', 'array' or 'other'
+    aug: _Compiled = None
+    rev: _Compiled = None
+    fwd: _Compiled = None
+    reverse_error: Exception = None     # why the vjp rule does not fit (raised if used)
+    forward_error: Exception = None
+
+    @property
+    def functions(self):
+        return [self.aug, self.rev, self.fwd]
+
+
+_glue: dict = {}
+_ids = itertools.count()
+
+
+def _kind(ty):
+    if isinstance(ty, types.Float):
+        return "float"
+    if isinstance(ty, types.Array) and isinstance(ty.dtype, types.Float):
+        return "array"
+    return "other"
+
+
+def _compile(source, namespace, name, argtypes, rule):
+    filename = f"<enzpy rule glue {next(_ids)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    disp = numba.njit(namespace[name])
+    try:
+        disp.compile(tuple(argtypes))
+    except numba.core.errors.TypingError as exc:
+        raise RuleError(f"{rule}: Numba cannot compile it for {argtypes}: {exc}") from None
+    return _Compiled(disp, tuple(argtypes), disp.overloads[tuple(argtypes)].signature.return_type)
+
+
+def glue_for(symbol) -> _Glue:
+    with _lock:
+        if symbol in _glue:
+            return _glue[symbol]
+        spec, disp, argtypes = rule_of(symbol)
+        restype = disp.overloads[tuple(argtypes)].signature.return_type
+        glue = _Glue(spec, tuple(argtypes), restype, [_kind(t) for t in argtypes])
+        if spec.fwd is not None:
+            try:
+                glue.aug, glue.rev = _reverse_glue(glue)
+            except RuleError as exc:
+                glue.reverse_error = exc
+        if spec.jvp is not None:
+            try:
+                glue.fwd = _forward_glue(glue)
+            except RuleError as exc:
+                glue.forward_error = exc
+        _glue[symbol] = glue
+        return glue
+
+
+def _names(n, prefix):
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def _differentiable_result(ty) -> bool:
+    """Results a rule may have: floats, float arrays, tuples of them."""
+    if isinstance(ty, types.BaseTuple):
+        return all(_differentiable_result(t) for t in ty)
+    return _kind(ty) != "other" or isinstance(ty, types.Integer)
+
+
+def _zero_shadow(x):
+    """A zero shadow of a rule's result (float, array or tuple of them)."""
+
+
+def _laid_out_like(ref, x):
+    """``x`` (a float, an array or a tuple of them) in the memory layout of
+    ``ref``: derivative code addresses a shadow with its primal's strides."""
+
+
+def _tuple_impl(name, n, *args):
+    items = ", ".join(f"{name}({', '.join(f'{a}[{i}]' for a in args)})" for i in range(n))
+    namespace = {"_zero_shadow": _zero_shadow, "_laid_out_like": _laid_out_like}
+    exec(f"def impl({', '.join(args)}):\n    return ({items},)\n", namespace)
+    return namespace["impl"]
+
+
+@numba.extending.overload(_zero_shadow)
+def _ol_zero_shadow(x):
+    if isinstance(x, types.Array):
+        return lambda x: _laid_out_like(x, np.zeros(x.shape, x.dtype))
+    if isinstance(x, types.Float):
+        return lambda x: x * 0.0
+    if isinstance(x, types.Integer):
+        return lambda x: x
+    if isinstance(x, types.BaseTuple):
+        return _tuple_impl("_zero_shadow", len(x), "x")
+    return None
+
+
+@numba.njit
+def _strided_copy(ref, x):
+    """``x`` copied into fresh memory laid out with the strides of ``ref``."""
+    size = ref.itemsize
+    span = 1
+    for n, s in zip(ref.shape, ref.strides):
+        if s < 0 or s % size:
+            raise ValueError("a rule's result has negative or unaligned strides")
+        span += (n - 1) * (s // size) if n > 0 else 0
+    out = np.lib.stride_tricks.as_strided(np.zeros(span, ref.dtype), ref.shape, ref.strides)
+    out[...] = x
+    return out
+
+
+@numba.extending.overload(_laid_out_like)
+def _ol_laid_out_like(ref, x):
+    if isinstance(ref, types.Array):
+        if ref.layout == "F":
+            return lambda ref, x: np.asfortranarray(x)
+        if ref.layout == "C":
+            return lambda ref, x: np.ascontiguousarray(x)
+        return lambda ref, x: _strided_copy(ref, x)
+    if isinstance(ref, types.Float):
+        cast = np.float64 if ref.bitwidth == 64 else np.float32
+        return lambda ref, x: cast(x)
+    if isinstance(ref, types.Integer):
+        return lambda ref, x: x
+    if isinstance(ref, types.BaseTuple):
+        return _tuple_impl("_laid_out_like", len(ref), "ref", "x")
+    return None
+
+
+def _compile_rule_function(rule_fn, argtypes, what, spec):
+    try:
+        rule_fn.compile(tuple(argtypes))
+    except numba.core.errors.TypingError as exc:
+        raise RuleError(f"{spec.name}: {what} cannot be compiled for {tuple(argtypes)}: "
+                        f"{exc}") from None
+    return rule_fn.overloads[tuple(argtypes)].signature.return_type
+
+
+def _reverse_glue(glue):
+    spec, argtypes = glue.spec, glue.argtypes
+    n = len(argtypes)
+    xs = ", ".join(_names(n, "x"))
+    fwd_type = _compile_rule_function(spec.fwd, argtypes, "fwd", spec)
+    if not (isinstance(fwd_type, types.BaseTuple) and len(fwd_type) == 2):
+        raise RuleError(f"{spec.name}: fwd must return (out, residuals), returns {fwd_type}")
+    out_type, res_type = fwd_type
+    if not _differentiable_result(out_type) or types.unliteral(out_type) != glue.restype:
+        raise RuleError(f"{spec.name}: fwd returns out of type {out_type}; the function "
+                        f"returns {glue.restype}")
+    box_type = _BoxType([("res", res_type), ("out", out_type), ("shadow", out_type)])
+    namespace = {"fwd": spec.fwd, "bwd": spec.bwd, "np": np, "new": structref.new,
+                 "Box": box_type, "_zero_shadow": _zero_shadow}
+    aug_source = (f"def aug({xs}):\n"
+                  f"    out, res = fwd({xs})\n"
+                  f"    box = new(Box)\n    box.res = res\n    box.out = out\n"
+                  f"    box.shadow = _zero_shadow(out)\n"
+                  f"    return out, box, box.shadow\n")
+    aug = _compile(aug_source, dict(namespace), "aug", argtypes, spec.name)
+
+    cts = _compile_rule_function(spec.bwd, (res_type, out_type), "bwd (residuals, g)", spec)
+    if not isinstance(cts, types.BaseTuple) or len(cts) != n:
+        raise RuleError(f"{spec.name}: bwd must return a tuple of {n} cotangents (one per "
+                        f"argument), returns {cts}")
+    arrays = [i for i, k in enumerate(glue.kinds) if k == "array"]
+    floats = [i for i, k in enumerate(glue.kinds) if k == "float"]
+    lines = [f"def rev(box, gs, has_g{''.join(f', s{i}' for i in arrays)}"
+             f"{''.join(f', h{i}' for i in arrays)}):",
+             "    g = gs if has_g else box.shadow",
+             "    cts = bwd(box.res, g)"]
+    for i in range(n):
+        ct = cts[i]
+        if glue.kinds[i] == "array":
+            if isinstance(ct, types.NoneType):
+                continue
+            if not (isinstance(ct, types.Array) and ct.ndim == argtypes[i].ndim):
+                raise RuleError(f"{spec.name}: the cotangent of argument {i} ({argtypes[i]}) "
+                                f"must be an array of {argtypes[i].ndim} dimensions, bwd "
+                                f"returns {ct}")
+            lines += [f"    if h{i}:",
+                      f"        if cts[{i}].shape != s{i}.shape:",
+                      f"            raise ValueError("
+                      f"{spec.name + f': the cotangent of argument {i} does not have the shape of the argument'!r})",
+                      f"        s{i} += cts[{i}]"]
+        elif glue.kinds[i] == "float" and not isinstance(ct, (types.Number, types.NoneType)):
+            raise RuleError(f"{spec.name}: the cotangent of argument {i} ({argtypes[i]}) must "
+                            f"be a float, bwd returns {ct}")
+    returns = [f"{argtypes[i]}({'0.0' if isinstance(cts[i], types.NoneType) else f'cts[{i}]'})"
+               for i in floats]
+    lines.append(f"    return ({', '.join(returns)}{',' if returns else ''})")
+    rev_types = (box_type, out_type, types.int64) + tuple(argtypes[i] for i in arrays) + \
+        (types.int64,) * len(arrays)
+    rev_namespace = dict(namespace, float64=np.float64, float32=np.float32)
+    rev = _compile("\n".join(lines) + "\n", rev_namespace, "rev", rev_types, spec.name)
+    return aug, rev
+
+
+def _forward_glue(glue):
+    spec, argtypes = glue.spec, glue.argtypes
+    n = len(argtypes)
+    xs, ts = _names(n, "x"), _names(n, "t")
+    arrays = [i for i, k in enumerate(glue.kinds) if k == "array"]
+    lines = [f"def fwd({', '.join(xs + ts)}{''.join(f', h{i}' for i in arrays)}):"]
+    tangents = []
+    for i in range(n):
+        if i in arrays:
+            lines.append(f"    u{i} = t{i} if h{i} else np.zeros_like(x{i})")
+            tangents.append(f"u{i}")
+        else:
+            tangents.append(f"t{i}")
+    lines += [f"    out, tangent = jvp(({', '.join(xs)},), ({', '.join(tangents)},))",
+              "    return out, _laid_out_like(out, tangent)"]
+    fwd_types = tuple(argtypes) * 2 + (types.int64,) * len(arrays)
+    namespace = {"jvp": spec.jvp, "np": np, "_laid_out_like": _laid_out_like}
+    try:
+        compiled = _compile("\n".join(lines) + "\n", namespace, "fwd", fwd_types, spec.name)
+    except RuleError as exc:
+        raise RuleError(f"{exc} (jvp(primals, tangents) must return (out, tangent_out))") \
+            from None
+    out = compiled.restype
+    if types.unliteral(out[0]) != glue.restype or _model_type(out[1]) != _model_type(out[0]):
+        raise RuleError(f"{spec.name}: jvp must return (out, tangent_out), out of the "
+                        f"function's return type {glue.restype} and tangent_out like it; "
+                        f"returns {out}")
+    return compiled
+
+
+# -- the rule: IR calling the glue ---------------------------------------------------------
+def _model_type(ty) -> str:
+    return type_text(cpu_target.target_context.data_model_manager[ty].get_value_type())
+
+
+def _arg_fields(fn, argtypes):
+    """The Function's parameters (after retptr and excinfo) per Numba argument."""
+    ctx = cpu_target.target_context
+    fields, start = [], 2
+    for ty in argtypes:
+        width = len(ctx.get_arg_packer([ty]).argument_types)
+        fields.append(fn.args[start:start + width])
+        start += width
+    return fields
+
+
+def _leaves(ty, path=()):
+    """(path, Numba type) of the floats and arrays in a rule's result type."""
+    if isinstance(ty, types.BaseTuple):
+        return [leaf for k, t in enumerate(ty) for leaf in _leaves(t, path + (k,))]
+    return [(path, ty)]
+
+
+class _Text:
+    """IR lines with fresh names."""
+
+    def __init__(self):
+        self.lines, self.ids = [], itertools.count()
+
+    def __call__(self, line):
+        self.lines.append("  " + line)
+
+    def fresh(self):
+        return f"%v{next(self.ids)}"
+
+    def flatten(self, ref, ty):
+        """Numba's argument flattening of an aggregate value: its scalar leaves."""
+        fields = fields_of(ty)
+        if not fields:
+            return [f"{ty} {ref}"]
+        out = []
+        for k, field in enumerate(fields):
+            name = self.fresh()
+            self(f"{name} = extractvalue {ty} {ref}, {k}")
+            out += self.flatten(name, field)
+        return out
+
+    def drop(self, ref, ty, numba_type):
+        """Release the references a rule result ``ref`` holds (its arrays')."""
+        for path, leaf in _leaves(numba_type):
+            if isinstance(leaf, types.Array):
+                meminfo = self.fresh()
+                self(f"{meminfo} = extractvalue {ty} {ref}, {', '.join(map(str, path + (0,)))}")
+                self(f"call void @NRT_decref(ptr {meminfo})")
+
+
+class UserRule(custom.FunctionRule):
+    """The door's entry for rules written as @njit functions."""
+
+    def signature(self, name, module):
+        if module is None or name not in module.functions or rule_of(name) is None:
+            return None
+        return Function(name, "i32", module.functions[name].args, [])
+
+    # -- reverse mode ----------------------------------------------------------------
+    def reverse(self, deriv, builder):
+        spec = rule_of(deriv.fn.name)[0]
+        if spec.inactive:
+            return self._inactive(deriv, deriv.aug_name, deriv.activity[0] == "dup", "~s.") + (
+                f'define internal {deriv.rev_type} @"{deriv.rev_name}"('
+                f'{", ".join(deriv.params)}) {{\n'
+                f'  ret {"void" if not deriv.adjoint_args else deriv.rev_type + " zeroinitializer"}'
+                f"\n}}\n")
+        if spec.fwd is None:
+            raise UnsupportedError(f"{spec.name} has no reverse rule: register one with "
+                                   f"enzpy.defvjp")
+        glue = glue_for(deriv.fn.name)
+        if glue.reverse_error is not None:
+            raise glue.reverse_error
+        return self._augmented(deriv, glue) + self._reverse_sweep(deriv, glue)
+
+    def _augmented(self, deriv, glue):
+        fn, t = deriv.fn, _Text()
+        ret_type, out_type = _model_type(glue.aug.restype), _model_type(glue.restype)
+        args = ", ".join(f"{a.type} {a.ref}" for a in fn.args[2:])
+        t(f"%ret = alloca {ret_type}")
+        t(f'%status = call i32 @"{glue.aug.symbol}"(ptr %ret, ptr {fn.args[1].ref}, {args})')
+        t("%ok = icmp eq i32 %status, 0")
+        t("br i1 %ok, label %store, label %failed")
+        t.lines += ["failed:", "  ret i32 %status", "store:"]
+        t(f"%r = load {ret_type}, ptr %ret")
+        t(f"%out = extractvalue {ret_type} %r, 0")
+        t(f"store {out_type} %out, ptr {fn.args[0].ref}")
+        t(f"%box = extractvalue {ret_type} %r, 1, 0")
+        t(f'%slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 8)')
+        t("store ptr %box, ptr %slot")
+        t(f"%shadow = extractvalue {ret_type} %r, 2")
+        if deriv.activity[0] == "dup":      # the caller's shadow of the result
+            t(f'store {out_type} %shadow, ptr {local("~s." + fn.args[0].name)}')
+        else:                               # the box keeps its own references
+            t.drop("%shadow", out_type, glue.restype)
+        t("ret i32 0")
+        return (f'define internal i32 @"{deriv.aug_name}"({", ".join(deriv.params)}) {{\n'
+                "entry:\n" + "\n".join(t.lines) + "\n}\n")
+
+    def _reverse_sweep(self, deriv, glue):
+        fn, t = deriv.fn, _Text()
+        fields = _arg_fields(fn, glue.argtypes)
+        activity = dict(zip((a.name for a in fn.args), deriv.activity))
+        rev_ret, out_type = _model_type(glue.rev.restype), _model_type(glue.restype)
+        t(f'%slot = call ptr @{POP}(ptr %"enzpy.tape", i64 8)')
+        t("%box = load ptr, ptr %slot")
+        t(f"%ret = alloca {rev_ret}")
+        t("%exc = alloca ptr")
+        t("store ptr null, ptr %exc")
+        has_g = deriv.activity[0] == "dup"
+        if has_g:
+            shadow_ret = local("~s." + fn.args[0].name)
+            t(f"%gs = load {out_type}, ptr {shadow_ret}")
+            for path, leaf in _leaves(glue.restype):    # consumed: float adjoints reset
+                if isinstance(leaf, types.Float):
+                    where = shadow_ret
+                    if path:
+                        where = t.fresh()
+                        t(f"{where} = getelementptr {out_type}, ptr {shadow_ret}, i32 0, "
+                          + ", ".join(f"i32 {k}" for k in path))
+                    t(f"store {_model_type(leaf)} 0.0, ptr {where}")
+        args = ["ptr %box"] + t.flatten("%gs" if has_g else "zeroinitializer", out_type) + \
+            [f"i64 {int(has_g)}"]
+        flags = []
+        for i, kind in enumerate(glue.kinds):
+            if kind != "array":
+                continue
+            has = activity[fields[i][4].name] == "dup"
+            args += [f"{a.type} {local('~s.' + a.name) if has and k in (0, 4) else a.ref}"
+                     for k, a in enumerate(fields[i])]
+            flags.append(f"i64 {int(has)}")
+        t(f'%status = call i32 @"{glue.rev.symbol}"(ptr %ret, ptr %exc, '
+          f'{", ".join(args + flags)})')
+        t("%e = load ptr, ptr %exc")
+        t(f'call void @{RAISE}(ptr %"enzpy.tape", i32 %status, ptr %e)')
+        t("call void @NRT_decref(ptr %box)")
+        if deriv.adjoint_args:
+            floats = [i for i, k in enumerate(glue.kinds) if k == "float"]
+            position = {fields[i][0].name: k for k, i in enumerate(floats)}
+            t(f"%cts = load {rev_ret}, ptr %ret")
+            t("%failed = icmp ne i32 %status, 0")
+            agg = "undef"
+            for j, a in enumerate(deriv.adjoint_args):
+                t(f"%ct{j}.raw = extractvalue {rev_ret} %cts, {position[a.name]}")
+                t(f"%ct{j} = select i1 %failed, {a.type} 0.0, {a.type} %ct{j}.raw")
+                t(f"%adj{j} = insertvalue {deriv.rev_type} {agg}, {a.type} %ct{j}, {j}")
+                agg = f"%adj{j}"
+            t(f"ret {deriv.rev_type} {agg}")
+        else:
+            t("ret void")
+        return (f'define internal {deriv.rev_type} @"{deriv.rev_name}"'
+                f'({", ".join(deriv.params)}) {{\nentry:\n' + "\n".join(t.lines) + "\n}\n")
+
+    @staticmethod
+    def _inactive(deriv, name, clear_result, prefix):
+        """Call the function itself; the result's derivative is zero."""
+        fn = deriv.fn
+        args = ", ".join(f"{a.type} {a.ref}" for a in fn.args)
+        clear = ""
+        if clear_result:
+            spec, disp, argtypes = rule_of(fn.name)
+            ty = _model_type(disp.overloads[tuple(argtypes)].signature.return_type)
+            clear = f"  store {ty} zeroinitializer, ptr {local(prefix + fn.args[0].name)}\n"
+        return (f'define internal i32 @"{name}"({", ".join(deriv.params)}) {{\n'
+                f'  %status = call i32 @"{fn.name}"({args})\n{clear}  ret i32 %status\n}}\n')
+
+    # -- forward mode ----------------------------------------------------------------
+    def forward(self, deriv, builder):
+        spec = rule_of(deriv.fn.name)[0]
+        fn = deriv.fn
+        activity = dict(zip((a.name for a in fn.args), deriv.activity))
+        tangent_ret = activity[fn.args[0].name] != "const"
+        if spec.inactive:
+            return self._inactive(deriv, deriv.name, tangent_ret, tangent_name(""))
+        if spec.jvp is None:
+            raise UnsupportedError(f"{spec.name} has no forward rule: register one with "
+                                   f"enzpy.defjvp (forward mode and second derivatives need it)")
+        glue = glue_for(fn.name)
+        if glue.forward_error is not None:
+            raise glue.forward_error
+        fields = _arg_fields(fn, glue.argtypes)
+        args = [f"{a.type} {a.ref}" for a in fn.args[2:]]
+        flags = []
+        for i, kind in enumerate(glue.kinds):
+            has = any(activity[a.name] != "const" for a in fields[i])
+            if kind == "array":
+                args += [f"{a.type} {local(tangent_name(a.name)) if has and k in (0, 4) else a.ref}"
+                         for k, a in enumerate(fields[i])]
+                flags.append(f"i64 {int(has)}")
+            elif kind == "float":
+                a = fields[i][0]
+                args.append(f"{a.type} {local(tangent_name(a.name)) if has else '0.0'}")
+            else:
+                args += [f"{a.type} {a.ref}" for a in fields[i]]
+        t = _Text()
+        ret_type, out_type = _model_type(glue.fwd.restype), _model_type(glue.restype)
+        t(f"%ret = alloca {ret_type}")
+        t(f'%status = call i32 @"{glue.fwd.symbol}"(ptr %ret, ptr {fn.args[1].ref}, '
+          f'{", ".join(args + flags)})')
+        t("%ok = icmp eq i32 %status, 0")
+        t("br i1 %ok, label %store, label %done")
+        t.lines.append("store:")
+        t(f"%r = load {ret_type}, ptr %ret")
+        t(f"%out = extractvalue {ret_type} %r, 0")
+        t(f"store {out_type} %out, ptr {fn.args[0].ref}")
+        t(f"%tout = extractvalue {ret_type} %r, 1")
+        if tangent_ret:
+            t(f"store {out_type} %tout, ptr {local(tangent_name(fn.args[0].name))}")
+        else:
+            t.drop("%tout", out_type, glue.restype)
+        t("br label %done")
+        t.lines += ["done:", "  ret i32 %status"]
+        return (f'define internal i32 @"{deriv.name}"({", ".join(deriv.params)}) {{\n'
+                "entry:\n" + "\n".join(t.lines) + "\n}\n")
+
+    def declarations(self):
+        return {"NRT_decref": "declare void @NRT_decref(ptr)"}
+
+
+custom.register(UserRule())
+
+
+# -- checking a rule -------------------------------------------------------------------------
+@dataclass
+class RuleCheck:
+    """A registered rule against central finite differences of the function."""
+    worst_relative_error: float
+    errors: dict            # 'vjp argument i', 'jvp', 'fwd out', 'jvp out' -> relative error
+
+    def __str__(self):
+        parts = ", ".join(f"{k} {v:.2g}" for k, v in self.errors.items())
+        return f"worst relative error {self.worst_relative_error:.3g} ({parts})"
+
+
+def _leaves_of(value):
+    if isinstance(value, tuple):
+        return [leaf for v in value for leaf in _leaves_of(v)]
+    return [np.asarray(value, dtype=np.float64)]
+
+
+def _random_like(value, rng):
+    if isinstance(value, tuple):
+        return tuple(_random_like(v, rng) for v in value)
+    if isinstance(value, np.ndarray):
+        return rng.standard_normal(value.shape).astype(value.dtype)
+    if isinstance(value, (float, np.floating)):
+        return type(value)(rng.standard_normal())
+    return value
+
+
+def _inner(a, b):
+    return float(sum(np.sum(x * y) for x, y in zip(_leaves_of(a), _leaves_of(b))))
+
+
+def _relative(got, want):
+    got, want = _leaves_of(got), _leaves_of(want)
+    scale = max([1e-8] + [float(np.max(np.abs(w), initial=0.0)) for w in want])
+    return max(float(np.max(np.abs(g - w), initial=0.0)) for g, w in zip(got, want)) / scale
+
+
+def check_rule(f, *args, step=1e-6, seed=0) -> RuleCheck:
+    """Compare the rules registered for ``f`` (``defvjp`` and/or ``defjvp``)
+    with central finite differences of ``f`` at ``args``: the cotangents
+    ``bwd`` gives for a random output cotangent, the tangent ``jvp`` gives along
+    random input tangents, and the results ``fwd``/``jvp`` compute against
+    ``f``'s. Float scalars and float arrays among ``args`` are differentiated."""
+    spec = _rules.get(_function(f))
+    if spec is None or (spec.fwd is None and spec.jvp is None):
+        raise TypeError(f"check_rule: no defvjp or defjvp rule is registered for "
+                        f"'{_function(f).__qualname__}'")
+    rng = np.random.default_rng(seed)
+    values = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    diff = [i for i, v in enumerate(values)
+            if isinstance(v, (float, np.floating)) or
+            (isinstance(v, np.ndarray) and v.dtype.kind == "f")]
+    out = f(*values)
+
+    def directional(tangents, i=None):
+        """d/dh f(args + h tangents) by central differences."""
+        h = step * max(1.0, max(float(np.max(np.abs(values[j]), initial=0.0)) for j in diff))
+        trial_up = [v + h * t if j in diff else v for j, (v, t) in enumerate(zip(values, tangents))]
+        trial_dn = [v - h * t if j in diff else v for j, (v, t) in enumerate(zip(values, tangents))]
+        up, dn = f(*trial_up), f(*trial_dn)
+        return tuple_map(lambda a, b: (np.asarray(a) - np.asarray(b)) / (2 * h), up, dn)
+
+    errors = {}
+    if spec.fwd is not None:
+        out_fwd, res = spec.fwd(*values)
+        errors["fwd out"] = _relative(out_fwd, out)
+        g = _random_like(out, rng)
+        cts = spec.bwd(res, g)
+        for i in diff:
+            want = np.zeros(np.shape(values[i]))
+            for idx in np.ndindex(*np.shape(values[i])):
+                unit = np.zeros(np.shape(values[i]))
+                unit[idx] = 1.0
+                tangents = [unit if j == i else np.zeros(np.shape(v)) for j, v in enumerate(values)]
+                want[idx] = _inner(g, directional(tangents))
+            got = cts[i] if cts[i] is not None else np.zeros_like(want)
+            errors[f"vjp argument {i}"] = _relative(np.asarray(got, dtype=np.float64), want)
+    if spec.jvp is not None:
+        tangents = [_random_like(v, rng) if j in diff else v for j, v in enumerate(values)]
+        out_jvp, tout = spec.jvp(tuple(values), tuple(tangents))
+        errors["jvp out"] = _relative(out_jvp, out)
+        zeroed = [t if j in diff else np.zeros(np.shape(v)) for j, (v, t) in
+                  enumerate(zip(values, tangents))]
+        errors["jvp"] = _relative(tout, directional(zeroed))
+    return RuleCheck(max(errors.values()), errors)
+
+
+def tuple_map(fn, a, b):
+    if isinstance(a, tuple):
+        return tuple(tuple_map(fn, x, y) for x, y in zip(a, b))
+    return fn(a, b)

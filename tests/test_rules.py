@@ -1,0 +1,447 @@
+"""Custom derivative rules (defvjp / defjvp / inactive) written as @njit functions."""
+import ctypes
+import ctypes.util
+import math
+
+import numpy as np
+import pytest
+from numba import njit
+
+import enzpy
+from enzpy import (Active, Const, Duplicated, Forward, Reverse, UnsupportedError, autodiff,
+                   check_rule, clear_rules, defjvp, defvjp, inactive)
+from enzpy.errors import RuleError
+
+
+def fd(f, x, h=1e-6):
+    return (f(x + h) - f(x - h)) / (2 * h)
+
+
+# -- a rule that is observably used: straight-through rounding -------------------------------
+@njit
+def round_ste(x):
+    return np.round(x)
+
+
+@njit
+def _round_fwd(x):
+    return np.round(x), 0.0
+
+
+@njit
+def _round_bwd(res, g):
+    return (g,)                     # straight through: as if round were the identity
+
+
+@njit
+def _round_jvp(primals, tangents):
+    return np.round(primals[0]), tangents[0]
+
+
+defvjp(round_ste, _round_fwd, _round_bwd)
+defjvp(round_ste, _round_jvp)
+
+
+@njit
+def quantized_loss(x):
+    return round_ste(x * 3.0) ** 2
+
+
+def test_straight_through_estimator_is_used():
+    (dx,), = autodiff(Reverse, quantized_loss, Active(0.4))
+    assert dx == pytest.approx(2 * round(1.2) * 3.0)          # the true derivative is 0
+    (t,) = autodiff(Forward, quantized_loss, Duplicated(0.4, 1.0))
+    assert t == pytest.approx(6.0)
+    (d,), = autodiff(Reverse, round_ste, Active(2.6))          # at the top level too
+    assert d == 1.0
+
+
+# -- a numerically stable rule: log(1 + exp(x)) at +-800 ---------------------------------------
+@njit
+def log1pexp(x):
+    if x > 0.0:
+        return x + math.log1p(math.exp(-x))
+    return math.log1p(math.exp(x))
+
+
+@njit
+def _sigmoid(x):
+    if x >= 0.0:
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)
+    return z / (1.0 + z)
+
+
+@njit
+def _log1pexp_fwd(x):
+    return log1pexp(x), x
+
+
+@njit
+def _log1pexp_bwd(x, g):
+    return (g * _sigmoid(x),)
+
+
+@njit
+def _log1pexp_jvp(primals, tangents):
+    return log1pexp(primals[0]), tangents[0] * _sigmoid(primals[0])
+
+
+@njit
+def softplus_sum(x, w):
+    s = 0.0
+    for i in range(w.size):
+        s += log1pexp(x * w[i])
+    return s
+
+
+def test_stable_rule_at_plus_and_minus_800():
+    defvjp(log1pexp, _log1pexp_fwd, _log1pexp_bwd)
+    defjvp(log1pexp, _log1pexp_jvp)
+    try:
+        w = np.array([800.0, -800.0, 1.0])
+        (dx, _), = autodiff(Reverse, softplus_sum, Active(1.0), Const(w))
+        expected = 800.0 * 1.0 + (-800.0) * 0.0 + _sigmoid(1.0)
+        assert math.isfinite(dx) and dx == pytest.approx(expected)
+        (t,) = autodiff(Forward, softplus_sum, Duplicated(1.0, 1.0), Const(w))
+        assert t == pytest.approx(expected)
+        hv = enzpy.hvp(softplus_sum, 0.3, 1.0, np.array([1.0, -2.0]))
+        s1, s2 = _sigmoid(0.3), _sigmoid(-0.6)
+        assert hv == pytest.approx(s1 * (1 - s1) + 4 * s2 * (1 - s2))
+        assert check_rule(log1pexp, 0.7).worst_relative_error < 1e-6
+    finally:
+        clear_rules(log1pexp)
+
+
+# -- implicit differentiation of a Newton solve ------------------------------------------------
+@njit
+def _residual(x, a):
+    return x ** 3 + a * x - 1.0
+
+
+@njit
+def newton_root(a):
+    x = 1.0
+    for _ in range(50):
+        x -= _residual(x, a) / (3.0 * x ** 2 + a)
+    return x
+
+
+@njit
+def _root_fwd(a):
+    x = newton_root(a)
+    return x, (x, a)
+
+
+@njit
+def _root_bwd(res, g):
+    x, a = res
+    # F(x(a), a) = 0: dx/da = -F_a / F_x, one "linear solve" with F_x
+    return (-g * x / (3.0 * x ** 2 + a),)
+
+
+@njit
+def root_squared(a):
+    return newton_root(a) ** 2
+
+
+def test_implicit_differentiation_of_a_newton_solve():
+    a = 1.7
+    (unrolled,), = autodiff(Reverse, root_squared, Active(a))     # through the iterations
+    defvjp(newton_root, _root_fwd, _root_bwd)
+    try:
+        (implicit,), = autodiff(Reverse, root_squared, Active(a))
+    finally:
+        clear_rules(newton_root)
+    assert implicit == pytest.approx(unrolled, rel=1e-9)
+    assert implicit == pytest.approx(fd(root_squared, a), rel=1e-6)
+
+
+# -- a C function through ctypes: lgamma with a digamma rule, in a loop ------------------------
+_libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+_c_lgamma = _libm.lgamma
+_c_lgamma.restype = ctypes.c_double
+_c_lgamma.argtypes = [ctypes.c_double]
+
+
+@njit
+def lgamma(x):
+    return _c_lgamma(x)
+
+
+@njit
+def _digamma(x):
+    result = 0.0
+    while x < 6.0:
+        result -= 1.0 / x
+        x += 1.0
+    f = 1.0 / (x * x)
+    return result + math.log(x) - 0.5 / x - f * (1.0 / 12 - f * (1.0 / 120 - f / 252))
+
+
+@njit
+def _lgamma_fwd(x):
+    return lgamma(x), x
+
+
+@njit
+def _lgamma_bwd(x, g):
+    return (g * _digamma(x),)
+
+
+@njit
+def _lgamma_jvp(primals, tangents):
+    return lgamma(primals[0]), tangents[0] * _digamma(primals[0])
+
+
+@njit
+def log_likelihood(alpha, data):
+    s = 0.0
+    for i in range(data.size):
+        s += lgamma(alpha * data[i]) - alpha * data[i]
+    return s
+
+
+def test_ctypes_function_without_a_rule_points_to_defvjp():
+    clear_rules(lgamma)
+    with pytest.raises(UnsupportedError, match="defvjp"):
+        autodiff(Reverse, log_likelihood, Active(1.5), Const(np.array([1.0, 2.0])))
+
+
+def test_ctypes_function_with_a_rule_in_a_loop():
+    defvjp(lgamma, _lgamma_fwd, _lgamma_bwd)
+    defjvp(lgamma, _lgamma_jvp)
+    try:
+        data = np.array([1.0, 2.5, 0.7])
+        (da, _), = autodiff(Reverse, log_likelihood, Active(1.5), Const(data))
+        assert da == pytest.approx(fd(lambda a: log_likelihood(a, data), 1.5), rel=1e-6)
+        (t,) = autodiff(Forward, log_likelihood, Duplicated(1.5, 1.0), Const(data))
+        assert t == pytest.approx(da, rel=1e-12)
+        assert check_rule(lgamma, 3.3).worst_relative_error < 1e-6
+    finally:
+        clear_rules(lgamma)
+
+
+# -- array arguments, tuple residuals, array results ---------------------------------------------
+@njit
+def scaled_softmax(x, t):
+    z = np.exp((x - x.max()) / t)
+    return z / z.sum()
+
+
+@njit
+def _softmax_fwd(x, t):
+    y = scaled_softmax(x, t)
+    return y, (y, t)
+
+
+@njit
+def _softmax_bwd(res, g):
+    y, t = res
+    gz = y * (g - (g * y).sum())                 # through the normalization
+    return gz / t, -(gz * np.log(y)).sum() / t
+
+
+@njit
+def _softmax_jvp(primals, tangents):
+    x, t = primals
+    dx, dt = tangents
+    y = scaled_softmax(x, t)
+    s = dx / t - dt * np.log(y) / t
+    return y, y * (s - (y * s).sum())
+
+
+@njit
+def weighted_softmax(x, t, w):
+    return (scaled_softmax(x, t) * w).sum() + (x * x).sum()
+
+
+def test_rule_with_array_arguments_and_results():
+    x = np.array([0.3, -1.2, 2.0, 0.5])
+    w = np.array([1.0, -2.0, 0.5, 3.0])
+    unrolled = np.zeros_like(x)
+    ((_, dt_unrolled, _),) = autodiff(Reverse, weighted_softmax, Duplicated(x, unrolled),
+                                      Active(1.3), Const(w))
+    defvjp(scaled_softmax, _softmax_fwd, _softmax_bwd)
+    defjvp(scaled_softmax, _softmax_jvp)
+    try:
+        dx = np.zeros_like(x)
+        ((_, dt, _),) = autodiff(Reverse, weighted_softmax, Duplicated(x, dx), Active(1.3),
+                                 Const(w))
+        np.testing.assert_allclose(dx, unrolled, rtol=1e-10)
+        assert dt == pytest.approx(dt_unrolled, rel=1e-10)
+        direction = np.array([1.0, 0.5, -0.25, 2.0])
+        (tangent,) = autodiff(Forward, weighted_softmax, Duplicated(x, direction.copy()),
+                              Duplicated(1.3, 0.0), Const(w))
+        assert tangent == pytest.approx(dx @ direction, rel=1e-10)
+        hv = enzpy.hvp(weighted_softmax, x, direction, 1.3, w)
+        eps = 1e-6
+        ref = (enzpy.gradient(weighted_softmax, x + eps * direction, 1.3, w)
+               - enzpy.gradient(weighted_softmax, x - eps * direction, 1.3, w)) / (2 * eps)
+        np.testing.assert_allclose(hv, ref, rtol=1e-5, atol=1e-7)
+        assert check_rule(scaled_softmax, x, 1.3).worst_relative_error < 1e-5
+    finally:
+        clear_rules(scaled_softmax)
+
+
+# -- a rule on a recursive function ------------------------------------------------------------
+@njit
+def power_tower(x, n):
+    if n == 0:
+        return x
+    return x * power_tower(x, n - 1)
+
+
+@njit
+def _tower_fwd(x, n):
+    return power_tower(x, n), (x, n)
+
+
+@njit
+def _tower_bwd(res, g):
+    x, n = res
+    return g * (n + 1) * x ** n * 10.0, None          # deliberately 10x: observable
+
+
+def test_rule_on_a_recursive_function():
+    (d, _), = autodiff(Reverse, power_tower, Active(1.1), Const(3))
+    assert d == pytest.approx(4 * 1.1 ** 3)
+    defvjp(power_tower, _tower_fwd, _tower_bwd)
+    try:
+        (d, _), = autodiff(Reverse, power_tower, Active(1.1), Const(3))   # rebuilt with the rule
+        assert d == pytest.approx(40 * 1.1 ** 3)
+    finally:
+        clear_rules(power_tower)
+    (d, _), = autodiff(Reverse, power_tower, Active(1.1), Const(3))
+    assert d == pytest.approx(4 * 1.1 ** 3)
+
+
+# -- inactive functions --------------------------------------------------------------------------
+@njit
+def noisy_scale(x):
+    return x * 2.0
+
+
+@njit
+def with_inactive(x):
+    return noisy_scale(x) * x
+
+
+def test_inactive_function_carries_no_derivative():
+    inactive(noisy_scale)
+    try:
+        (d,), = autodiff(Reverse, with_inactive, Active(1.5))
+        assert d == pytest.approx(3.0)                    # only the second factor
+        (t,) = autodiff(Forward, with_inactive, Duplicated(1.5, 1.0))
+        assert t == pytest.approx(3.0)
+    finally:
+        clear_rules(noisy_scale)
+    (d,), = autodiff(Reverse, with_inactive, Active(1.5))
+    assert d == pytest.approx(6.0)
+
+
+# -- inside @njit code, gradient, check_gradient -------------------------------------------------
+@njit
+def _double_bwd(res, g):
+    return (2.0 * g,)
+
+
+@njit
+def _id_fwd(x):
+    return x * 1.0, 0.0
+
+
+@njit
+def identity_doubled(x):
+    return x * 1.0
+
+
+@njit
+def newton_like(x):
+    (d,), = autodiff(Reverse, identity_doubled, Active(x))
+    return d
+
+
+def test_rule_used_inside_njit_and_by_helpers():
+    defvjp(identity_doubled, _id_fwd, _double_bwd)
+    try:
+        assert newton_like(0.5) == 2.0
+        assert enzpy.gradient(identity_doubled, 0.5) == 2.0
+    finally:
+        clear_rules(identity_doubled)
+
+
+# -- errors ----------------------------------------------------------------------------------------
+@njit
+def two_args(x, y):
+    return x * y
+
+
+@njit
+def _bad_count_bwd(res, g):
+    return (g,)
+
+
+@njit
+def _two_fwd(x, y):
+    return x * y, (x, y)
+
+
+@njit
+def _bad_type_bwd(res, g):
+    return np.ones(2), g
+
+
+@njit
+def _wrong_out_fwd(x, y):
+    return np.ones(2), 0.0
+
+
+def test_rule_errors_are_clear_type_errors():
+    try:
+        defvjp(two_args, _two_fwd, _bad_count_bwd)
+        with pytest.raises(RuleError, match="2 cotangents"):
+            autodiff(Reverse, two_args, Active(1.0), Active(2.0))
+        defvjp(two_args, _two_fwd, _bad_type_bwd)
+        with pytest.raises(TypeError, match="argument 0.*must be a float"):
+            autodiff(Reverse, two_args, Active(1.0), Active(2.0))
+        defvjp(two_args, _wrong_out_fwd, _bad_count_bwd)
+        with pytest.raises(TypeError, match="fwd returns out"):
+            autodiff(Reverse, two_args, Active(1.0), Active(2.0))
+        with pytest.raises(TypeError, match="@njit function"):
+            defvjp(two_args, 3.0, _bad_count_bwd)
+    finally:
+        clear_rules(two_args)
+
+
+@njit
+def _wrong_shape_bwd(res, g):
+    return (np.ones(3) * g,)
+
+
+@njit
+def _array_fwd(x):
+    return (x * x).sum(), x
+
+
+@njit
+def array_sum_sq(x):
+    return (x * x).sum()
+
+
+def test_cotangent_of_the_wrong_shape_raises_after_the_call():
+    defvjp(array_sum_sq, _array_fwd, _wrong_shape_bwd)
+    try:
+        with pytest.raises(ValueError, match="shape of the argument"):
+            autodiff(Reverse, array_sum_sq, Duplicated(np.ones(2), np.zeros(2)))
+    finally:
+        clear_rules(array_sum_sq)
+
+
+def test_forward_mode_without_a_forward_rule_says_which_rule_to_add():
+    defvjp(two_args, _two_fwd, _bad_count_bwd)       # (its error is for reverse mode)
+    try:
+        with pytest.raises(UnsupportedError, match="defjvp"):
+            autodiff(Forward, two_args, Duplicated(1.0, 1.0), Const(2.0))
+    finally:
+        clear_rules(two_args)
