@@ -1,0 +1,314 @@
+"""Parallel loops: ``prange`` and parallel array expressions (``parallel=True``).
+
+Numba lowers a parallel loop to a *gufunc* ``G(args, dims, steps, data)`` that
+runs a range of schedule entries, started on every thread by
+``numba_parallel_for(G, args, dims, steps, data, ndim, count, threads)`` (each
+thread gets its slice of the entries: ``args`` advanced by ``steps``, ``dims[0]``
+the number of entries). enzpy treats each such call as a call of its own
+function ``numba_parallel_for[G]`` (see ``name_parallel_loops``) with a rule:
+
+* reverse mode: the augmented forward runs ``G``'s augmented forward in
+  parallel, one schedule entry at a time, each entry recording on a tape of its
+  own; the reverse runs ``G``'s reverse in parallel, each entry popping its own
+  tape. ``G``'s reverse (and its callees') accumulates into shadow memory with
+  atomic additions: entries run at once and may read the same memory (a
+  scalar every iteration uses, an array read by several iterations);
+* forward mode: ``G``'s tangent function runs in parallel, its shadow arguments
+  advanced like the arguments.
+
+The schedule entries are independent (``prange``'s contract), so their reverse
+sweeps may run in any order and on any thread.
+"""
+from __future__ import annotations
+
+from .custom import FunctionRule, register
+from .ir import Function, Value, local, size_and_alignment
+from .tape import HEADER, POP, PUSH, TAPE_TYPE
+
+PARALLEL_FOR = "numba_parallel_for"
+PREFIX = PARALLEL_FOR + "["
+_PARAMS = [("ptr", "fn"), ("ptr", "args"), ("ptr", "dims"), ("ptr", "steps"), ("ptr", "data"),
+           ("i64", "ndim"), ("i64", "count"), ("i64", "threads")]
+_TAPE_BYTES = size_and_alignment(TAPE_TYPE)[0]
+_CONTEXT = "{ ptr, ptr, ptr, i64, i64 }"   # base args, base shadow args, tapes, count, ndim
+
+
+def name_parallel_loops(module):
+    """Give each ``numba_parallel_for(@G, ...)`` call the callee
+    ``numba_parallel_for[G]``: one derivative per parallel loop body."""
+    for fn in module.functions.values():
+        for block in fn.blocks:
+            for ins in block.instructions:
+                if ins.opcode == "call" and ins.callee == PARALLEL_FOR and \
+                        ins.args and ins.args[0].kind == "global":
+                    ins.callee = f"{PREFIX}{ins.args[0].name}]"
+
+
+def _body(name):
+    return name[len(PREFIX):-1]
+
+
+class ParallelForRule(FunctionRule):
+
+    def signature(self, name, module):
+        if not name.startswith(PREFIX) or module is None or _body(name) not in module.functions:
+            return None
+        return Function(name, "void", [Value(local(n), t, "arg", n) for t, n in _PARAMS], [])
+
+    @staticmethod
+    def _body_activity(deriv):
+        return ("dup" if deriv.activity[1] == "dup" else "const", "const", "const", "const")
+
+    def reverse(self, deriv, builder):
+        body = builder.derivative(_body(deriv.fn.name), self._body_activity(deriv), atomic=True)
+        shadow_args = local("~s.args") if deriv.activity[1] == "dup" else "null"
+        params = ", ".join(deriv.params)
+        wrap_aug, wrap_rev = f"{deriv.aug_name}.entries", f"{deriv.rev_name}.entries"
+        aug = f"""
+define internal void @"{deriv.aug_name}"({params}) {{
+entry:
+  %n = load i64, ptr %dims
+  %tapes = call ptr @calloc(i64 %n, i64 {_TAPE_BYTES})
+{_context(shadow_args, "%tapes")}
+  call void @{PARALLEL_FOR}(ptr @"{wrap_aug}", ptr %args, ptr %dims, ptr %steps, ptr %ctx, i64 %ndim, i64 %count, i64 %threads)
+  %slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 16)
+  store ptr %tapes, ptr %slot
+  %nslot = getelementptr i8, ptr %slot, i64 8
+  store i64 %n, ptr %nslot
+  ret void
+}}
+"""
+        # The reverse runs the entries' reverses in parallel over the table of
+        # their tapes (the arguments' memory, on the caller's stack during the
+        # forward sweep, is gone; the body's reverse reads it from its tape).
+        rev = f"""
+define internal void @"{deriv.rev_name}"({params}) {{
+entry:
+  %slot = call ptr @{POP}(ptr %"enzpy.tape", i64 16)
+  %tapes = load ptr, ptr %slot
+  %nslot = getelementptr i8, ptr %slot, i64 8
+  %n = load i64, ptr %nslot
+{_context(shadow_args, "%tapes")}
+  %table = alloca ptr
+  store ptr %tapes, ptr %table
+  %table.dims = alloca i64
+  store i64 %n, ptr %table.dims
+  %table.steps = alloca i64
+  store i64 {_TAPE_BYTES}, ptr %table.steps
+  call void @{PARALLEL_FOR}(ptr @"{wrap_rev}", ptr %table, ptr %table.dims, ptr %table.steps, ptr %ctx, i64 0, i64 1, i64 %threads)
+  br label %free
+free:
+  %i = phi i64 [ 0, %entry ], [ %i.next, %free.body ]
+  %done = icmp sge i64 %i, %n
+  br i1 %done, label %exit, label %free.body
+free.body:
+  %offset = mul i64 %i, {_TAPE_BYTES}
+  %t = getelementptr i8, ptr %tapes, i64 %offset
+  call void @enzpy.tape.discard(ptr %t)
+  %i.next = add i64 %i, 1
+  br label %free
+exit:
+  call void @free(ptr %tapes)
+  ret void
+}}
+"""
+        return aug + rev + _augmented_entries(wrap_aug, body) + _reversed_entries(wrap_rev, body)
+
+    def forward(self, deriv, builder):
+        body = builder.derivative(_body(deriv.fn.name), self._body_activity(deriv))
+        tangent_args = local("~t.args") if deriv.activity[1] == "dup" else "null"
+        wrap = f"{deriv.name}.entries"
+        return f"""
+define internal void @"{deriv.name}"({", ".join(deriv.params)}) {{
+entry:
+{_context(tangent_args, "null")}
+  call void @{PARALLEL_FOR}(ptr @"{wrap}", ptr %args, ptr %dims, ptr %steps, ptr %ctx, i64 %ndim, i64 %count, i64 %threads)
+  ret void
+}}
+""" + _tangent_entries(wrap, body)
+
+    def declarations(self):
+        return {PARALLEL_FOR: f"declare void @{PARALLEL_FOR}(ptr, ptr, ptr, ptr, ptr, i64, "
+                              f"i64, i64)"}
+
+
+def _context(shadow_args, tapes):
+    return f"""  %ctx = alloca {_CONTEXT}
+  store {_CONTEXT} zeroinitializer, ptr %ctx
+  store ptr %args, ptr %ctx
+  %ctx.1 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 1
+  store ptr {shadow_args}, ptr %ctx.1
+  %ctx.2 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 2
+  store ptr {tapes}, ptr %ctx.2
+  %ctx.3 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 3
+  store i64 %count, ptr %ctx.3
+  %ctx.4 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 4
+  store i64 %ndim, ptr %ctx.4"""
+
+
+_UNPACK = f"""  %base = load ptr, ptr %ctx
+  %ctx.1 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 1
+  %shadow.base = load ptr, ptr %ctx.1
+  %ctx.2 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 2
+  %tapes = load ptr, ptr %ctx.2
+  %ctx.3 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 3
+  %count = load i64, ptr %ctx.3
+  %ctx.4 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 4
+  %ndim = load i64, ptr %ctx.4
+  %loopcount = load i64, ptr %dims
+  %args.j = alloca ptr, i64 %count
+  %shadows.j = alloca ptr, i64 %count"""
+
+
+def _augmented_entries(name, body):
+    """Run by ``numba_parallel_for`` on each thread: the body's augmented
+    forward on each of the thread's schedule entries, one at a time, with
+    arguments and shadows advanced to the entry and the entry's own tape
+    (entry i's is ``tapes + i * _TAPE_BYTES``)."""
+    return f"""
+define internal void @"{name}"(ptr %args, ptr %dims, ptr %steps, ptr %ctx) {{
+setup:
+{_UNPACK}
+  %entry0 = load ptr, ptr %args
+  %base0 = load ptr, ptr %base
+  %step0 = load i64, ptr %steps
+  %a0 = ptrtoint ptr %entry0 to i64
+  %b0 = ptrtoint ptr %base0 to i64
+  %delta0 = sub i64 %a0, %b0
+  %first = sdiv i64 %delta0, %step0
+  %ndim1 = add i64 %ndim, 1
+  %dims.j = alloca i64, i64 %ndim1
+  %dims.bytes = shl i64 %ndim1, 3
+  call void @llvm.memcpy.p0.p0.i64(ptr %dims.j, ptr %dims, i64 %dims.bytes, i1 false)
+  store i64 1, ptr %dims.j
+  br label %loop
+loop:
+  %j = phi i64 [ 0, %setup ], [ %j.next, %call ]
+  %j.done = icmp sge i64 %j, %loopcount
+  br i1 %j.done, label %exit, label %shift
+shift:
+  br label %args.loop
+args.loop:
+  %k = phi i64 [ 0, %shift ], [ %k.next, %args.body ]
+  %k.done = icmp sge i64 %k, %count
+  br i1 %k.done, label %call, label %args.body
+args.body:
+  %pa = getelementptr ptr, ptr %args, i64 %k
+  %a = load ptr, ptr %pa
+  %ps = getelementptr i64, ptr %steps, i64 %k
+  %step = load i64, ptr %ps
+  %by = mul i64 %step, %j
+  %aj = getelementptr i8, ptr %a, i64 %by
+  %qa = getelementptr ptr, ptr %args.j, i64 %k
+  store ptr %aj, ptr %qa
+{_shadow_shift("%by")}
+  %k.next = add i64 %k, 1
+  br label %args.loop
+call:
+  %index = add i64 %first, %j
+  %tape.offset = mul i64 %index, {_TAPE_BYTES}
+  %tape = getelementptr i8, ptr %tapes, i64 %tape.offset
+  call void @"{body.aug_name}"(ptr %args.j, ptr %dims.j, ptr %steps, ptr null, ptr %shadows.j, ptr %tape)
+  %j.next = add i64 %j, 1
+  br label %loop
+exit:
+  ret void
+}}
+"""
+
+
+def _reversed_entries(name, body):
+    """Run by ``numba_parallel_for`` over the table of tapes: the body's
+    reverse of each of the thread's entries. The body's reverse reads what it
+    needs from the entry's tape; the argument pointers it is given are those
+    of the forward sweep, not read again."""
+    return f"""
+define internal void @"{name}"(ptr %table, ptr %dims, ptr %steps, ptr %ctx) {{
+setup:
+  %base = load ptr, ptr %ctx
+  %ctx.1 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 1
+  %shadow.base = load ptr, ptr %ctx.1
+  %loopcount = load i64, ptr %dims
+  %tapes = load ptr, ptr %table
+  br label %loop
+loop:
+  %j = phi i64 [ 0, %setup ], [ %j.next, %call ]
+  %j.done = icmp sge i64 %j, %loopcount
+  br i1 %j.done, label %exit, label %call
+call:
+  %tape.offset = mul i64 %j, {_TAPE_BYTES}
+  %tape = getelementptr i8, ptr %tapes, i64 %tape.offset
+  call {body.rev_type} @"{body.rev_name}"(ptr %base, ptr %dims, ptr %steps, ptr null, ptr %shadow.base, ptr %tape)
+  %j.next = add i64 %j, 1
+  br label %loop
+exit:
+  ret void
+}}
+"""
+
+
+def _tangent_entries(name, body):
+    """Run by ``numba_parallel_for`` on each thread: the body's tangent
+    function on the thread's schedule entries, shadows advanced like the
+    arguments."""
+    return f"""
+define internal void @"{name}"(ptr %args, ptr %dims, ptr %steps, ptr %ctx) {{
+setup:
+{_UNPACK}
+  br label %args.loop
+args.loop:
+  %k = phi i64 [ 0, %setup ], [ %k.next, %args.body ]
+  %k.done = icmp sge i64 %k, %count
+  br i1 %k.done, label %call, label %args.body
+args.body:
+  %pa = getelementptr ptr, ptr %args, i64 %k
+  %a = load ptr, ptr %pa
+  %qa = getelementptr ptr, ptr %args.j, i64 %k
+  store ptr %a, ptr %qa
+{_shadow_shift("0")}
+  %k.next = add i64 %k, 1
+  br label %args.loop
+call:
+  call void @"{body.name}"(ptr %args.j, ptr %dims, ptr %steps, ptr null, ptr %shadows.j)
+  ret void
+}}
+"""
+
+
+def _shadow_shift(by):
+    """shadows.j[k] = shadow[k] + (args[k] - base[k]) + by, null staying null."""
+    return f"""  %no_shadows = icmp eq ptr %shadow.base, null
+  %psb = getelementptr ptr, ptr %shadow.base, i64 %k
+  %psb.safe = select i1 %no_shadows, ptr %ctx, ptr %psb
+  %sb.raw = load ptr, ptr %psb.safe
+  %sb = select i1 %no_shadows, ptr null, ptr %sb.raw
+  %pb = getelementptr ptr, ptr %base, i64 %k
+  %b = load ptr, ptr %pb
+  %ai = ptrtoint ptr %a to i64
+  %bi = ptrtoint ptr %b to i64
+  %moved = sub i64 %ai, %bi
+  %offset.k = add i64 %moved, {by}
+  %sj.moved = getelementptr i8, ptr %sb, i64 %offset.k
+  %sb.null = icmp eq ptr %sb, null
+  %sj = select i1 %sb.null, ptr null, ptr %sj.moved
+  %qs = getelementptr ptr, ptr %shadows.j, i64 %k
+  store ptr %sj, ptr %qs"""
+
+
+register(ParallelForRule())
+
+# A tape of one schedule entry: its data freed (no buffer is kept).
+DISCARD = f"""
+define internal void @enzpy.tape.discard(ptr %t) {{
+entry:
+  %data = load ptr, ptr %t
+  %isnull = icmp eq ptr %data, null
+  br i1 %isnull, label %done, label %release
+release:
+  %base = getelementptr i8, ptr %data, i64 -{HEADER}
+  call void @free(ptr %base)
+  br label %done
+done:
+  ret void
+}}
+"""
