@@ -14,7 +14,8 @@ from functools import cached_property
 
 import networkx as nx
 
-from .ir import Function, contains_float, contains_pointer
+from .ir import (Function, contains_float, contains_pointer, field_offsets, fields_of,
+                 leaf_kinds, size_and_alignment)
 
 # Instructions whose result is a pointer into the same object as an operand.
 POINTER_PROPAGATING = ("getelementptr", "bitcast", "addrspacecast", "phi", "select", "freeze")
@@ -284,12 +285,14 @@ class Activity:
         return useful
 
 
+_PARALLEL_LOOP = "numba_parallel_for"
 # Calls that never write memory through their pointer arguments.
 _NON_WRITING_CALLS = ("NRT_incref", "NRT_decref", "NRT_MemInfo_data_fast", "NRT_MemInfo_data",
                       "llvm.lifetime", "llvm.assume", "llvm.smax", "llvm.smin", "llvm.umax",
                       "llvm.umin", "llvm.abs", "llvm.expect")
 # Pointer arguments a runtime call writes through (all others are only read).
-_WRITTEN_ARGS = {"numba_xxdot": (5,), "llvm.memset": (0,), "llvm.memcpy": (0,),
+_WRITTEN_ARGS = {"numba_xxdot": (5,), "numba_xxgemv": (9,), "numba_xxgemm": (12,),
+                 "llvm.memset": (0,), "llvm.memcpy": (0,),
                  "llvm.memmove": (0,)}
 
 
@@ -315,6 +318,59 @@ def pointer_roots(fn: Function, value, seen=None) -> set:
     if ins.callee in DERIVED_POINTERS or ins.callee in RESIZERS:
         return pointer_roots(fn, ins.operands[0], seen)
     return {("unknown", ins.name)}
+
+
+def pointee_kinds(fn: Function, ptr):
+    """What the memory ``ptr`` points into may hold ('int', 'ptr', float type
+    names), from the type of the alloca it is derived from and the constant
+    offsets of the address computations; for a pointer into a struct, the
+    whole field it points into (a callee may read all of it). None when
+    unknown."""
+    region = _region(fn, ptr)
+    if region is None:
+        return None
+    ty, offset = region
+    return leaf_kinds(ty if offset is None else _field_at(ty, offset))
+
+
+def _region(fn, value):
+    """(type of the allocation, byte offset or None if variable) of a pointer."""
+    if value.kind != "inst":
+        return None
+    ins = fn.defs[value.name]
+    if ins.opcode == "alloca":
+        return ins.source_type, 0
+    if ins.opcode != "getelementptr":
+        return None
+    base = _region(fn, ins.operands[0])
+    if base is None:
+        return None
+    delta = _gep_offset(ins.source_type, ins.operands[1:])
+    ty, offset = base
+    return ty, None if offset is None or delta is None else offset + delta
+
+
+def _gep_offset(source_type, indices):
+    offset, ty = 0, source_type
+    for k, index in enumerate(indices):
+        if index.kind != "const":
+            return None
+        n = int(index.ref)
+        if k == 0:
+            offset += n * size_and_alignment(ty)[0]
+        else:
+            offset += field_offsets(ty)[n]
+            ty = fields_of(ty)[n]
+    return offset
+
+
+def _field_at(ty, offset):
+    fields = fields_of(ty)
+    if not fields:
+        return ty
+    starts = field_offsets(ty)
+    inside = [f for f, start in zip(fields, starts) if start <= offset]
+    return inside[-1] if inside else ty
 
 
 class ReadOnlyMemory:
@@ -358,6 +414,10 @@ class ReadOnlyMemory:
                     yield ins.operands[1]
                 elif ins.opcode == "call":
                     callee = ins.callee
+                    if callee.startswith(_PARALLEL_LOOP):
+                        # the loop body writes through the pointers it is given
+                        self.unknown_write = True
+                        continue
                     if callee in self.module.functions:
                         for j in self.written[callee]:
                             if j[0] == "arg" and j[1] < len(ins.args):

@@ -224,6 +224,8 @@ def autodiff(mode, f, *args):
             dx[...] = stand_in
     if not mode.reverse:
         tangent = out[0] if entry.returns_tangent else None
+        if type(tangent) is tuple:
+            tangent = _float_tangents(tangent)
         return (tangent, out[-2]) if mode.with_primal else (tangent,)
     report = entry.report
     if out[-1] > report.peak_tape_bytes:
@@ -237,6 +239,13 @@ def autodiff(mode, f, *args):
         k += count
     grads = tuple(grads)
     return (grads, out[k]) if mode.with_primal else (grads,)
+
+
+def _float_tangents(tangent):
+    """A tuple result's tangent: None for its integers (they carry none)."""
+    return tuple(_float_tangents(t) if type(t) is tuple else
+                 None if isinstance(t, (int, np.integer, bool, np.bool_)) else t
+                 for t in tangent)
 
 
 def _check_aliases(entry, values):

@@ -12,7 +12,7 @@ from .ir import Value, contains_float, contains_pointer, local
 from .memory import (ALLOCATORS, FREES, null_shadow, shadow_name, slot_at, strip_metadata,
                      zero_allocation)
 from .analysis import RAW_ALLOCATORS, RESIZERS
-from .runtime import resize_shadow
+from .runtime import VARSIZE_FREE, free_shadow, resize_shadow
 from .tape import PUSH, slot_bytes
 
 INLINE_LIMIT = 120         # instructions of a primal function whose derivative may be inlined
@@ -126,6 +126,9 @@ class AugmentedForward:
         callee = ins.callee
         if callee == "NRT_incref" and self.act.is_shadowed(ins.args[0]):
             e.emit(f'call void @"NRT_incref"(ptr {self.forward_shadow(ins.args[0]).ref})')
+        elif callee == VARSIZE_FREE and self.act.is_shadowed(ins.args[0]):
+            free_shadow(e, ins, self.forward_shadow(ins.args[0]),
+                        self.forward_shadow(ins.args[1]))
         elif callee.startswith(("llvm.memset", "llvm.memcpy", "llvm.memmove")):
             dst = ins.args[0]
             if self.act.is_shadowed(dst) and (self._set_type(ins) if callee.startswith(

@@ -12,16 +12,22 @@ import re
 import threading
 from functools import cached_property
 
+import networkx as nx
+from numba.core.registry import cpu_target
+
 from . import rules
 from .errors import UnsupportedError
-from .frontend import demangle, lowered_by_symbol
+from .frontend import data_pointer_types, demangle, signature_of
 from .ir import local, tangent_name
 from .analysis import ReadOnlyMemory, split_loop_exits
-from .custom import custom_derivative, custom_forward, custom_function
-from .forward import FORWARD_RUNTIME, FORWARD_RUNTIME_FUNCTIONS, ForwardDerivative, ForwardGenerator
+from .custom import rule_for
+from .parallel import DISCARD, name_parallel_loops
+from .blas import BLAS_RUNTIME
+from .forward import FORWARD_RUNTIME, ForwardDerivative, ForwardGenerator
+from .irtext import definitions
 from .reverse import FunctionDerivative, ReverseGenerator
-from .runtime import MEMORY_RUNTIME, RUNTIME_FUNCTIONS
-from .tape import ACQUIRE, FREE, PEAK_FIELD, RUNTIME, TAPE_TYPE
+from .runtime import MEMORY_RUNTIME
+from .tape import ACQUIRE, EXCINFO_FIELD, FREE, PEAK_FIELD, RUNTIME, STATUS_FIELD, TAPE_TYPE
 
 _BLOCK_LABEL = re.compile(r"^B(\d+)")
 _TANGENT_NAME = re.compile(r"^enzpy\.f\d+\.(.*)\.fwd$")
@@ -51,7 +57,7 @@ class Library:
 
 # (mode, symbol, activity) -> (derivative, Library): derivatives compiled by
 # earlier builds, which later builds call instead of writing them again.
-_SHARED: dict = {}
+SHARED: dict = {}
 _NAMES = itertools.count()
 
 
@@ -80,6 +86,7 @@ class ModuleBuilder:
             "llvm.pow.f32": "declare float @llvm.pow.f32(float, float)"}
         self.texts = []
         self._pending = []
+        name_parallel_loops(module)
         self._lines = {}
         self._elements = {}
         # symbol -> parameters that receive memory of the user's own arguments
@@ -90,9 +97,22 @@ class ModuleBuilder:
     def readonly(self) -> ReadOnlyMemory:
         return ReadOnlyMemory(self.module)
 
+    @cached_property
+    def recursive(self) -> set:
+        """Functions in a cycle of calls (self or mutual recursion)."""
+        graph = nx.DiGraph()
+        for name, fn in self.module.functions.items():
+            graph.add_node(name)
+            for b in fn.blocks:
+                for ins in b.instructions:
+                    if ins.opcode == "call" and ins.callee in self.module.functions:
+                        graph.add_edge(name, ins.callee)
+        return {n for scc in nx.strongly_connected_components(graph) for n in scc
+                if len(scc) > 1 or graph.has_edge(n, n)}
+
     def differentiable_callee(self, name) -> bool:
         """Calls to this function are differentiated through its own aug/rev pair."""
-        return name in self.module.functions or custom_function(name, self.module) is not None
+        return name in self.module.functions or rule_for(name, self.module)[0] is not None
 
     def data_pointer_type(self, symbol, index):
         """The float element type of parameter ``index`` of ``symbol``, if an array's data."""
@@ -104,12 +124,12 @@ class ModuleBuilder:
             name = name[len(prefix):] if name.startswith(prefix) else name
             symbol = tangent.group(1)
             index = [a.name for a in self.module.functions[symbol].args].index(name)
-        low = self.lowered.get(symbol) or lowered_by_symbol(symbol)
-        if low is None:
-            return None
         if symbol not in self._elements:
-            from numba.core.registry import cpu_target
-            self._elements[symbol] = low.data_pointer_types(cpu_target.target_context)
+            low = self.lowered.get(symbol)
+            signature = (low.argtypes, low.restype) if low is not None else \
+                signature_of(symbol)
+            self._elements[symbol] = {} if signature is None else \
+                data_pointer_types(cpu_target.target_context, *signature)
         return self._elements[symbol].get(index)
 
     def call_propagates(self, ins) -> bool:
@@ -118,21 +138,24 @@ class ModuleBuilder:
             return False
         return True
 
-    def derivative(self, symbol, activity):
-        key = (self.mode, symbol, tuple(activity))
+    def derivative(self, symbol, activity, atomic=False):
+        """The derivative of ``symbol`` for ``activity``; ``atomic``: its
+        reverse accumulates into shadow memory atomically (it runs on several
+        threads at once: the body of a parallel loop, and its callees)."""
+        key = (self.mode, symbol, tuple(activity), atomic)
         found = self.derivatives.get(key)
-        if found is None and self.share and key in _SHARED:
-            found, _ = _SHARED[key]
+        if found is None and self.share and key in SHARED:
+            found, _ = SHARED[key]
             self.derivatives[key] = self.reused[key] = found
         if found is None:
-            fn = custom_function(symbol, self.module) or self.module.functions.get(symbol)
+            fn = rule_for(symbol, self.module)[1] or self.module.functions.get(symbol)
             if fn is None:
                 raise UnsupportedError(f"the IR of called function '{symbol}' is not available")
             if self.mode == "forward":
                 found = ForwardDerivative(fn, activity, next(_NAMES))
             else:
                 split_loop_exits(fn)
-                found = FunctionDerivative(fn, activity, next(_NAMES))
+                found = FunctionDerivative(fn, activity, next(_NAMES), atomic)
             self.derivatives[key] = found
             self._pending.append(found)
         return found
@@ -152,7 +175,7 @@ class ModuleBuilder:
             for key, d in self.derivatives.items():
                 STATS.keys.add(key)
                 if key not in self.reused:
-                    _SHARED.setdefault(key, (d, self.library))
+                    SHARED.setdefault(key, (d, self.library))
             STATS.derivative_functions += len(self.derivatives) - len(self.reused)
 
     def describe(self, symbol, ins) -> str:
@@ -185,7 +208,10 @@ class ModuleBuilder:
                 generator = ForwardGenerator if forward else ReverseGenerator
                 self.texts.append(generator(self, deriv, self.describe).generate())
             else:
-                self.texts.append((custom_forward if forward else custom_derivative)(deriv))
+                rule = rule_for(deriv.fn.name, self.module)[0]
+                self.declarations.update(rule.declarations())
+                self.texts.append(rule.forward(deriv, self) if forward else
+                                  rule.reverse(deriv, self))
         return root
 
     def module_text(self, entry: str) -> str:
@@ -198,19 +224,21 @@ class ModuleBuilder:
         existing = set(self.module.functions) | set(self.module.declarations)
         for d in self.derivatives.values():
             existing |= set(d.names)
-        if self.mode == "forward":
-            runtime, runtime_names = [FORWARD_RUNTIME], FORWARD_RUNTIME_FUNCTIONS
-        else:
-            runtime, runtime_names = [RUNTIME, MEMORY_RUNTIME], _RUNTIME_NAMES
+        runtime = _FORWARD_RUNTIME if self.mode == "forward" else _REVERSE_RUNTIME
+        # (a tangent module read back for second order already holds forward
+        # mode's helpers: each is defined once)
+        helpers = [text for name, text in runtime.items() if name not in existing]
         decls = [text for name, text in self.declarations.items()
-                 if name not in existing and name not in runtime_names]
+                 if name not in existing and name not in runtime]
         for d in self.reused.values():
             decls += d.declarations()
-        return "\n".join([primal, *runtime, *decls, *self.texts, entry])
+        return "\n".join([primal, *helpers, *decls, *self.texts, entry])
 
 
-_RUNTIME_NAMES = RUNTIME_FUNCTIONS | {"realloc", "free", "calloc", "enzpy.tape.grow", "enzpy.tape.reserve",
-                  "enzpy.tape.release", "enzpy.tape.free", "enzpy.tape.acquire"}
+# The helpers derivative code calls, by name.
+_REVERSE_RUNTIME = {**definitions(RUNTIME), **definitions(MEMORY_RUNTIME),
+                    **definitions(BLAS_RUNTIME), **definitions(DISCARD)}
+_FORWARD_RUNTIME = {**definitions(FORWARD_RUNTIME), **definitions(BLAS_RUNTIME)}
 
 
 def _slot(ret_slot_type) -> str:
@@ -269,6 +297,18 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
         lines.append(f"  %adj = call {root.rev_type} @\"{root.rev_name}\"({argtext})")
     else:
         lines.append(f"  call void @\"{root.rev_name}\"({argtext})")
+    lines += [
+        f"  %rstatusp = getelementptr inbounds {TAPE_TYPE}, ptr %tape, i32 0, i32 {STATUS_FIELD}",
+        "  %rstatus = load i32, ptr %rstatusp",
+        "  %rfailed = icmp ne i32 %rstatus, 0",
+        "  br i1 %rfailed, label %reverse.failed, label %results",
+        "reverse.failed:",
+        f"  %rexcp = getelementptr inbounds {TAPE_TYPE}, ptr %tape, i32 0, i32 {EXCINFO_FIELD}",
+        "  %rexc = load ptr, ptr %rexcp",
+        "  store ptr %rexc, ptr %excinfo",
+        f"  call void @{FREE}(ptr %tape)",
+        "  ret i32 %rstatus",
+        "results:"]
     lines.append(f"  %primal = load {ret_slot_type}, ptr %ret")
     lines.append("  %peakp = getelementptr inbounds " + TAPE_TYPE
                  + f", ptr %tape, i32 0, i32 {PEAK_FIELD}")

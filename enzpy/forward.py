@@ -23,7 +23,7 @@ from .errors import UnsupportedError
 from .generator import DerivativeGenerator
 from .ir import Value, contains_float, contains_pointer, is_float_type, local, tangent_name
 from .memory import FREES, ShadowMemory, strip_metadata, zero_allocation
-from .runtime import RESIZE_TANGENT, RESIZE_TANGENT_FUNCTION, resize_shadow
+from .runtime import FREE_SHADOW, RESIZE_SHADOW, VARSIZE_FREE, free_shadow, resize_shadow
 
 SINK_READ = "enzpy.fwd.zeros"
 SINK_WRITE = "enzpy.fwd.trash"
@@ -164,7 +164,7 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
             zero_allocation(e, ins, shadow)
             return shadow
         if ins.callee in RESIZERS:
-            return resize_shadow(e, ins, self.derivative(ins.args[0]), RESIZE_TANGENT_FUNCTION)
+            return resize_shadow(e, ins, self.derivative(ins.args[0]))
         if op == "call" and not ins.callee:
             raise UnsupportedError(f"indirect call with active arguments `{ins.text}`"
                                    f"{self._where(ins)}")
@@ -205,6 +205,9 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
         if callee == "NRT_incref" or callee in FREES:
             if self.act.is_shadowed(ins.args[0]):
                 e.call(callee, "void", [self.derivative(ins.args[0])])
+        elif callee == VARSIZE_FREE:
+            if self.act.is_shadowed(ins.args[0]):
+                free_shadow(e, ins, self.derivative(ins.args[0]), self.derivative(ins.args[1]))
         elif callee.startswith("llvm.memset"):
             dst = ins.args[0]
             if self.act.is_shadowed(dst):
@@ -321,6 +324,4 @@ FORWARD_RUNTIME = (
     f"@{SINK_READ} = internal constant [1024 x i8] zeroinitializer, align 64\n"
     f"@{SINK_WRITE} = internal global [1024 x i8] zeroinitializer, align 64\n"
     + _ZERO + _copy("double", 8) + _copy("float", 4) + _copy("ptr", 8) + _dot("double") + _dot("float")
-    + RESIZE_TANGENT)
-FORWARD_RUNTIME_FUNCTIONS = {f"enzpy.fwd.copy.{ty}" for ty in ("double", "float", "ptr")} | {
-    "enzpy.fwd.zero", "enzpy.fwd.dot.double", "enzpy.fwd.dot.float", RESIZE_TANGENT_FUNCTION}
+    + RESIZE_SHADOW + FREE_SHADOW)

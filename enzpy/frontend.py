@@ -13,6 +13,7 @@ vectorizing), so enzpy differentiates small, clean IR.
 """
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 
@@ -109,6 +110,44 @@ def _compile_again(dispatcher, argtypes, symbol):
         return _raw_ir[symbol], cres.fndesc
 
 
+_FLOAT_NAMES = {64: "double", 32: "float"}
+
+
+def data_pointer_types(ctx, argtypes, restype) -> dict:
+    """LLVM parameter index -> element type, for float arrays' data pointers;
+    index 0 (the return pointer) when the result holds arrays of one float type."""
+    table, index = {}, 2          # after retptr and excinfo
+    returned = {_FLOAT_NAMES.get(t.dtype.bitwidth) for t in _array_leaves(restype)
+                if isinstance(t.dtype, types.Float)}
+    if len(returned) == 1:
+        table[0] = returned.pop()
+    for ty in argtypes:
+        if isinstance(ty, types.Array) and isinstance(ty.dtype, types.Float):
+            table[index + 4] = _FLOAT_NAMES[ty.dtype.bitwidth]
+        index += len(ctx.get_arg_packer([ty]).argument_types)
+    return table
+
+
+def signature_of(symbol: str):
+    """(argument types, return type) of a Numba function compiled in this
+    process, by symbol: a dispatcher's, or a helper compiled by Numba's
+    ``compile_internal`` (which has no dispatcher). None if unknown."""
+    found = dispatcher_of(symbol)
+    if found is not None:
+        sig = found[0].overloads[found[1]].signature
+        return sig.args, sig.return_type
+    for cres in list(cpu_target.target_context.cached_internal_func.values()):
+        if cres.fndesc.mangled_name == symbol:
+            return cres.signature.args, cres.signature.return_type
+    return None
+
+
+def _array_leaves(ty) -> list:
+    if isinstance(ty, types.BaseTuple):
+        return [leaf for t in ty for leaf in _array_leaves(t)]
+    return [ty] if isinstance(ty, types.Array) else []
+
+
 class Lowered:
     """A function's Numba compile result and the facts enzpy needs from it."""
 
@@ -127,13 +166,7 @@ class Lowered:
         return {f"B{label}": blk.loc.line for label, blk in blocks.items()}
 
     def data_pointer_types(self, ctx) -> dict:
-        """LLVM parameter index -> element type, for float arrays' data pointers."""
-        table, index = {}, 2          # after retptr and excinfo
-        for ty in self.argtypes:
-            if isinstance(ty, types.Array) and isinstance(ty.dtype, types.Float):
-                table[index + 4] = "double" if ty.dtype.bitwidth == 64 else "float"
-            index += len(ctx.get_arg_packer([ty]).argument_types)
-        return table
+        return data_pointer_types(ctx, self.argtypes, self.restype)
 
     def typed_fndesc(self):
         """The function descriptor with Numba's typing; a function loaded from
@@ -214,13 +247,18 @@ def lower(dispatcher, argtypes) -> Lowered:
     return Lowered(dispatcher, argtypes)
 
 
-def lowered_by_symbol(symbol: str):
-    """The ``Lowered`` of a Numba function known by its symbol, or None."""
+def dispatcher_of(symbol: str):
+    """(dispatcher, argument types) of a compiled Numba function, or None."""
     with _lock:
         found = _dispatchers.get(symbol)
     if found is None or found[1] not in found[0].overloads:
         return None
-    return Lowered(*found)
+    return found
+
+
+# Callables symbol -> [(dispatcher, argument types)]: more functions to link
+# beside a function (the glue of a custom derivative rule of it).
+EXTRA_CALLEES: list = []
 
 
 def _raw_text(lowered: Lowered) -> str:
@@ -254,6 +292,12 @@ def collect_module(root: Lowered):
         missing = [fn.name for fn in module.functions
                    if fn.is_declaration and fn.name not in linked
                    and not _INTRINSIC_OR_RUNTIME.match(fn.name)]
+        for name in [fn.name for fn in module.functions if fn.name in linked]:
+            for extra in EXTRA_CALLEES:
+                for disp, args in extra(name):
+                    low = lower(disp, args)
+                    lowered.setdefault(low.symbol, low)
+                    missing.append(low.symbol)
         missing += [g.name[len(_UNRESOLVED):] for g in module.global_variables
                     if g.name.startswith(_UNRESOLVED)
                     and g.name[len(_UNRESOLVED):] not in linked]
@@ -330,18 +374,29 @@ def original_blocks(module) -> dict:
     return table
 
 
+_copies = itertools.count()
 _MERGEABLE = {llvm.Linkage.linkonce_any, llvm.Linkage.linkonce_odr, llvm.Linkage.weak_any,
               llvm.Linkage.weak_odr}
 
 
+# Helpers Numba defines in each module that needs them, each referring to that
+# module's own environment or types: destructors, unpacking exception arguments.
+_PER_MODULE = ("_Dtor.", ".dtor.", "__excinfo_unwrap_args")
+
+
 def _drop_duplicate_definitions(other, module):
-    """Two modules may both define a helper Numba emits per module (a list's
-    destructor, ``linkonce_odr``): LLVM's linker keeps one. Any other symbol
-    defined twice is a bug."""
-    defined = {fn.name for fn in module.functions if not fn.is_declaration}
+    """Two modules may both define a helper Numba emits per module: LLVM's
+    linker keeps one ``linkonce_odr`` copy; a per-module helper (or another
+    identical definition) stays a private copy in each. Different definitions
+    of one symbol are a bug."""
+    defined = {fn.name: fn for fn in module.functions if not fn.is_declaration}
     for fn in other.functions:
-        if not fn.is_declaration and fn.name in defined and fn.linkage not in _MERGEABLE:
+        if fn.is_declaration or fn.name not in defined or fn.linkage in _MERGEABLE:
+            continue
+        if not fn.name.startswith(_PER_MODULE) and str(fn) != str(defined[fn.name]):
             raise InternalError(f"symbol {fn.name} is defined twice in the linked IR")
+        fn.name = f"{fn.name}.{next(_copies)}"
+        fn.linkage = llvm.Linkage.internal
 
 
 def _target_machine():

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 
-from . import rules
-from .analysis import Activity, ControlFlow, pointer_roots
+from . import blas, rules
+from .analysis import Activity, ControlFlow, pointee_kinds, pointer_roots
 from .errors import UnsupportedError
 from .frontend import demangle
 from .ir import contains_float, is_float_type
 from .memory import explain
+from .runtime import VARSIZE_FREE
 
 # Numba's helper for Python's % and // on floats writes the remainder through a
 # pointer and returns the floored quotient directly: piecewise constant, so its
@@ -25,7 +26,8 @@ FLOOR_QUOTIENT = re.compile(r"numba6python3remE")
 class DerivativeGenerator:
     """Base of ``ReverseGenerator`` and ``ForwardGenerator``."""
 
-    # Forward mode gives allocas anywhere a shadow alloca beside them.
+    # Reverse mode gives the allocas a function runs once a slot each in one
+    # block of shadow memory per call; forward mode an alloca beside each.
     entry_allocas_only = True
 
     def __init__(self, builder, deriv, describe):
@@ -44,9 +46,9 @@ class DerivativeGenerator:
         for b in self.fn.blocks:
             for ins in b.instructions:
                 if ins.opcode == "alloca" and ins.name in self.act.shadowed \
-                        and b is not self.fn.entry and self.entry_allocas_only:
+                        and b.name in self.cfg.loop_blocks and self.entry_allocas_only:
                     raise UnsupportedError(
-                        f"alloca of float memory outside the entry block{self._where(ins)}")
+                        f"alloca of float memory inside a loop{self._where(ins)}")
                 if ins.opcode == "store" and self.act.is_varied(ins.operands[0]) \
                         and not self.act.is_shadowed(ins.operands[1]):
                     raise UnsupportedError(
@@ -54,12 +56,19 @@ class DerivativeGenerator:
                         f"memory without a shadow (`{ins.text}`){self._where(ins)}"
                         f"{self._const_advice(ins.operands[1])}")
                 self._check_shadow_kept(ins)
+                if ins.callee == VARSIZE_FREE and self.act.is_shadowed(ins.args[0]) and \
+                        self._copied_type(ins) is not None:
+                    raise UnsupportedError(
+                        f"data holding floats or pointers is freed before the reverse sweep "
+                        f"reads it (`{ins.text}`){self._where(ins)}")
+                if ins.opcode == "call" and ins.callee in blas.PARAMS:
+                    blas.check_call(ins, self._where(ins), self.fn.name)
                 if ins.opcode == "call" and self._escapes(ins):
                     what = (f"'{ins.callee}', which enzpy cannot differentiate" if ins.callee
                             else "an indirect call (indirect call with active arguments)")
                     raise UnsupportedError(
                         f"a value that depends on the differentiated inputs flows into "
-                        f"{what}{self._where(ins)}{explain(ins.callee)}")
+                        f"{what}{self._where(ins)}{explain(ins.callee)}{self._rule_advice()}")
                 if self._is_derivative_call(ins) and is_float_type(ins.type) \
                         and self.act.is_active(ins.value) \
                         and not FLOOR_QUOTIENT.search(ins.callee):
@@ -69,6 +78,7 @@ class DerivativeGenerator:
                 if ins.opcode == "call" and not self._is_derivative_call(ins) \
                         and not rules.INACTIVE_CALLS.match(ins.callee) \
                         and not rules.MEMORY_CALLS.match(ins.callee) \
+                        and not self.integer_memory_call(ins) \
                         and any(self.act.is_shadowed(a) for a in ins.args):
                     raise UnsupportedError(
                         f"call to '{ins.callee or 'an indirect function'}' with "
@@ -105,6 +115,23 @@ class DerivativeGenerator:
                 f"a pointer to differentiable memory is stored where enzpy keeps no shadow "
                 f"(`{ins.text}`){self._where(ins)}; {self._container(ptr)} would lose the "
                 f"derivative of what it refers to{self._const_advice(ptr)}")
+
+    def integer_memory_call(self, ins) -> bool:
+        """A call enzpy cannot see into whose shadowed pointers all point into
+        memory holding only integers (Numba's helper computing a reshape's
+        strides reads and writes an array's shape and strides fields): it
+        carries no derivative. Decided from the type of the memory."""
+        return ins.opcode == "call" and not self.builder.differentiable_callee(ins.callee) \
+            and not any(self.act.is_varied(a) for a in ins.args) \
+            and all(pointee_kinds(self.fn, a) == {"int"} for a in ins.args
+                    if self.act.is_shadowed(a))
+
+    def _rule_advice(self) -> str:
+        """How to differentiate through code enzpy cannot see into."""
+        low = self.builder.lowered.get(self.fn.name)
+        name = low.name if low is not None else demangle(self.fn.name)
+        return (f"; enzpy cannot see into it: give '{name}' a derivative with enzpy.defvjp "
+                f"(and enzpy.defjvp), or mark it enzpy.inactive")
 
     def _exception_info(self, ptr) -> bool:
         """Numba's ``excinfo`` parameter: it receives the data of a raised
@@ -164,5 +191,6 @@ class DerivativeGenerator:
                       if any(kind == "arg" and index in user_args
                              for kind, index in self._roots(a))}
             self.builder.user_args.setdefault(ins.callee, set()).update(passed)
-            self.calls[key] = self.builder.derivative(ins.callee, self._callee_activity(ins))
+            self.calls[key] = self.builder.derivative(ins.callee, self._callee_activity(ins),
+                                                      getattr(self.d, "atomic", False))
         return self.calls[key]

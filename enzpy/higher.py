@@ -7,11 +7,12 @@ once per basis vector; ``jacobian`` runs forward mode once per basis vector.
 from __future__ import annotations
 
 import numba
+import numba.extending
 import numpy as np
 from numba import types
 
-from .api import (_ANNOTATIONS, Annotation, Const, Duplicated, Forward, _check_aliases,
-                  _dispatcher, _is_float_scalar, _signature_key, autodiff)
+from .api import (_ANNOTATIONS, Active, Annotation, Const, Duplicated, Forward, Reverse,
+                  _check_aliases, _dispatcher, _is_float_scalar, _signature_key, autodiff)
 from .cache import STATS
 from .pipeline import build, entries
 
@@ -81,13 +82,14 @@ def hessian(f, x, *args):
 
 
 def jacobian(g, x, *args):
-    """The Jacobian of ``g(x, *args)`` at ``x`` by forward mode, one tangent per
-    entry of ``x``.
+    """The Jacobian of ``g(x, *args)`` at ``x``.
 
     ``g`` returns a float array (Jacobian of shape ``out.shape + x.shape``) or
     a float (the gradient, shape ``x.shape``), or returns None and writes its
     last argument, a float output array (the Jacobian of what it writes there).
-    The other arguments are constants.
+    The other arguments are constants. Forward mode (one tangent per entry of
+    ``x``) or reverse mode (one pullback per entry of the result), whichever
+    needs fewer passes.
     """
     disp = _dispatcher(g)
     x = _point(x, "jacobian")
@@ -102,6 +104,10 @@ def jacobian(g, x, *args):
     if not writes_out and not isinstance(restype, (types.Float, types.Array)):
         raise TypeError(f"jacobian: '{name}' returns {restype}; it needs a function "
                         f"returning a float or a float array, or writing an output array")
+    if not writes_out:
+        out = disp(x.copy() if isinstance(x, np.ndarray) else x, *consts)
+        if np.size(out) < np.size(x):
+            return _jacobian_by_rows(disp, x, consts, out)
     columns = []
     for direction in _basis(x):
         if writes_out:
@@ -116,6 +122,15 @@ def jacobian(g, x, *args):
         return columns[0]
     jac = np.stack([c.ravel() for c in columns], axis=-1)
     return jac.reshape(columns[0].shape + x.shape)
+
+
+def _jacobian_by_rows(disp, x, consts, out):
+    """Reverse mode: row i of the Jacobian is the pullback of unit vector e_i."""
+    _, pullback = vjp(disp, x, *[Const(c) for c in consts])
+    if not isinstance(out, np.ndarray):
+        return pullback(type(out)(1.0))[0]
+    rows = [np.asarray(pullback(e)[0]).ravel() for e in _basis(out)]
+    return np.stack(rows).reshape(out.shape + np.shape(x))
 
 
 def _basis(x):
@@ -133,3 +148,101 @@ def _return_type(disp, values):
     argtypes = tuple(numba.typeof(v) for v in values)
     disp.compile(argtypes)
     return disp.overloads[argtypes].signature.return_type
+
+
+# -- vjp: functions returning arrays and tuples ---------------------------------------------
+def _pair(out, g):
+    """sum(out * g) over the floats and arrays of a result (tuples included)."""
+
+
+@numba.extending.overload(_pair)
+def _ol_pair(out, g):
+    if isinstance(out, types.Array):
+        return lambda out, g: (out * g).sum()
+    if isinstance(out, types.Float):
+        return lambda out, g: out * g
+    if isinstance(out, (types.Integer, types.Boolean, types.NoneType)):
+        return lambda out, g: 0.0
+    if isinstance(out, types.BaseTuple):
+        terms = " + ".join(f"_pair(out[{i}], g[{i}])" for i in range(len(out))) or "0.0"
+        namespace = {"_pair": _pair}
+        exec(f"def impl(out, g):\n    return {terms}\n", namespace)
+        return namespace["impl"]
+    return None
+
+
+_pullback_objectives: dict = {}
+
+
+def _objective(disp):
+    """``lambda *args, g: _pair(f(*args), g)``: reverse mode of it gives J^T g."""
+    found = _pullback_objectives.get(disp)
+    if found is None:
+        n = disp.py_func.__code__.co_argcount
+        names = ", ".join(f"a{i}" for i in range(n))
+        namespace = {"f": disp, "_pair": _pair}
+        exec(f"def objective({names}{', ' if n else ''}g):\n"
+             f"    return _pair(f({names}), g)\n", namespace)
+        objective = namespace["objective"]
+        objective.__qualname__ = f"vjp({disp.py_func.__qualname__})"
+        found = _pullback_objectives[disp] = numba.njit(objective)
+    return found
+
+
+def _differentiable(v) -> bool:
+    return _is_float_scalar(v) or (isinstance(v, np.ndarray) and v.dtype in
+                                   (np.float32, np.float64))
+
+
+def _check_cotangent(g, out, where="g"):
+    if isinstance(out, tuple):
+        if not isinstance(g, tuple) or len(g) != len(out):
+            raise ValueError(f"pullback: {where} must be a tuple of {len(out)} cotangents, "
+                             f"like the result")
+        return tuple(_check_cotangent(gi, oi, f"{where}[{i}]")
+                     for i, (gi, oi) in enumerate(zip(g, out)))
+    if isinstance(out, np.ndarray):
+        g = np.asarray(g)
+        if g.shape != out.shape:
+            raise ValueError(f"pullback: {where} has shape {g.shape}; the result has shape "
+                             f"{out.shape}")
+        return np.ascontiguousarray(g, dtype=out.dtype)
+    if isinstance(out, (float, np.floating)):
+        if not isinstance(g, (float, int, np.floating, np.integer)):
+            raise TypeError(f"pullback: {where} must be a float, like the result")
+        return type(out)(g)
+    return out             # an integer or None: carries no derivative
+
+
+def vjp(f, *args):
+    """``out, pullback = vjp(f, *args)``: the result of ``f(*args)`` and a
+    function mapping a cotangent ``g`` shaped like ``out`` (a float, an array or
+    a tuple of them) to a tuple with one cotangent per argument: ``J^T g`` for
+    float scalars and float arrays, None for ``Const(v)`` and other values.
+    The pullback can be called many times (each call runs ``f`` once more)."""
+    disp = _dispatcher(f)
+    values = [a.val if isinstance(a, Annotation) else a for a in args]
+    for i, a in enumerate(args):
+        if isinstance(a, Annotation) and type(a) is not Const:
+            raise TypeError(f"vjp: argument {i}: pass values (or Const(v) for what is not "
+                            f"differentiated), not {type(a).__name__}")
+    wrt = [i for i, (a, v) in enumerate(zip(args, values))
+           if type(a) is not Const and _differentiable(v)]
+    out = disp(*[v.copy() if isinstance(v, np.ndarray) else v for v in values])
+    objective = _objective(disp)
+
+    def pullback(g):
+        g = _check_cotangent(g, out)
+        annotated, shadows = [], {}
+        for i, v in enumerate(values):
+            if i not in wrt:
+                annotated.append(Const(v))
+            elif isinstance(v, np.ndarray):
+                shadows[i] = np.zeros_like(v)
+                annotated.append(Duplicated(v.copy(), shadows[i]))
+            else:
+                annotated.append(Active(v))
+        (grads,) = autodiff(Reverse, objective, *annotated, Const(g))
+        return tuple(shadows[i] if i in shadows else grads[i] if i in wrt else None
+                     for i in range(len(values)))
+    return out, pullback

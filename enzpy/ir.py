@@ -46,6 +46,71 @@ def contains_float(ty: str) -> bool:
     return any(re.search(r"\b%s\b" % t, ty) for t in FLOAT_TYPES)
 
 
+def fields_of(ty: str) -> list:
+    """The field types of a struct, array or vector type (empty for a scalar)."""
+    ty = ty.strip()
+    if ty.startswith("<{"):
+        return split_top(ty[2:-2])
+    if ty.startswith("{"):
+        return split_top(ty[1:-1])
+    if ty.startswith("[") or ty.startswith("<"):
+        count, elt = ty[1:-1].split(" x ", 1)
+        return [elt.strip()] * int(count)
+    return []
+
+
+_SCALAR_SIZES = {"ptr": 8, "double": 8, "float": 4, "half": 2, "i1": 1}
+
+
+def size_and_alignment(ty: str):
+    """(size, alignment) in bytes of an LLVM type on x86-64/aarch64 (natural
+    alignment; packed structs have none)."""
+    ty = ty.strip()
+    if ty in _SCALAR_SIZES:
+        return _SCALAR_SIZES[ty], _SCALAR_SIZES[ty]
+    if re.fullmatch(r"i\d+", ty):
+        size = max(1, (int(ty[1:]) + 7) // 8)
+        return size, min(size, 16)
+    if ty.startswith("[") or ty.startswith("<") and not ty.startswith("<{"):
+        count, elt = ty[1:-1].split(" x ", 1)
+        size, align = size_and_alignment(elt)
+        return size * int(count), align
+    if ty.startswith("{") or ty.startswith("<{"):
+        packed = ty.startswith("<{")
+        offset, align = 0, 1
+        for field in fields_of(ty):
+            size, a = size_and_alignment(field)
+            if not packed:
+                offset = -(-offset // a) * a
+                align = max(align, a)
+            offset += size
+        return -(-offset // align) * align, align
+    raise ValueError(f"no layout for type {ty}")
+
+
+def field_offsets(ty: str) -> list:
+    """Byte offsets of the fields of a struct or array type."""
+    offsets, offset = [], 0
+    packed = ty.strip().startswith("<{")
+    for field in fields_of(ty):
+        size, align = size_and_alignment(field)
+        if not packed:
+            offset = -(-offset // align) * align
+        offsets.append(offset)
+        offset += size
+    return offsets
+
+
+def leaf_kinds(ty: str) -> set:
+    """What a value of type ``ty`` holds: 'int', 'ptr' and float type names."""
+    fields = fields_of(ty)
+    if fields:
+        return set().union(*(leaf_kinds(f) for f in set(fields)))
+    if ty == "ptr" or is_float_type(ty):
+        return {ty}
+    return {"int"}
+
+
 @dataclass(frozen=True)
 class Value:
     """An operand: ``ref`` is its text in IR (``%"x"``, ``1.0``, ``@g``)."""

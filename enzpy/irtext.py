@@ -288,6 +288,28 @@ def element_type(ty: str, index: int) -> str:
     raise ValueError(f"cannot index type {ty}")
 
 
+_TOP_LEVEL_NAME = re.compile(r"^(?:define|declare)\b[^@]*@(" + _NAME + r")\(|^@(" + _NAME + r")\s*=")
+
+
+def definitions(text: str) -> dict:
+    """The top-level entities of an IR text (functions defined or declared,
+    globals), by symbol name, each with its text (comments dropped)."""
+    found, name, lines = {}, None, []
+    for line in text.splitlines():
+        m = _TOP_LEVEL_NAME.match(line)
+        if m and name is None:
+            name = unquote(m.group(1) or m.group(2))
+            lines = [line]
+            if not line.startswith("define"):
+                found[name], name = line, None
+            continue
+        if name is not None:
+            lines.append(line)
+            if line == "}":
+                found[name], name = "\n".join(lines), None
+    return found
+
+
 def type_text(ty) -> str:
     """An llvmlite ``ir`` type as IR text of the model: pointers opaque,
     named structs spelled out (see ``inline_named_types``)."""

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from .analysis import (ALLOCATORS, DERIVED_POINTERS, POINTER_PROPAGATING, RAW_ALLOCATORS,
                        RESIZERS)
-from .custom import BLAS_UNSUPPORTED
 from .emitter import Emitter
 from .errors import UnsupportedError
-from .ir import (Instruction, Value, contains_float, contains_pointer, is_float_type, local,
-                 split_top)
+from .ir import (Instruction, Value, contains_float, contains_pointer, fields_of, is_float_type,
+                 local)
+from .runtime import VARSIZE_FREE
 from .tape import SINK_READ, SINK_WRITE, slot_bytes
 
 FREES = ("NRT_decref", "NRT_Free")
@@ -43,12 +43,8 @@ def _scalar_kind(ty: str):
 
 def _leaf_types(ty: str) -> list:
     """The scalar types an aggregate type is made of."""
-    ty = ty.strip()
-    if ty.startswith("{") or ty.startswith("<{"):
-        return [leaf for t in split_top(ty.strip("<>{} ")) for leaf in _leaf_types(t)]
-    if ty.startswith("[") or ty.startswith("<"):
-        return _leaf_types(ty[1:-1].split(" x ", 1)[1])
-    return [ty]
+    fields = fields_of(ty)
+    return [leaf for t in set(fields) for leaf in _leaf_types(t)] if fields else [ty.strip()]
 
 
 def shadow_name(name: str) -> str:
@@ -60,9 +56,6 @@ def explain(callee: str) -> str:
         kind = "numba.typed.List" if callee.startswith("numba_list_") else "numba.typed.Dict"
         return (f"; this is {kind}, whose C implementation enzpy cannot differentiate yet: "
                 f"use a list ([...]), a tuple, an array or a jitclass object")
-    if callee in BLAS_UNSUPPORTED:
-        return ("; this is BLAS, which Numba calls for np.dot / @ on 2-D arrays: enzpy has "
-                "no derivative for it yet (write the product as loops)")
     return ""
 
 
@@ -130,7 +123,7 @@ class ShadowMemory:
             if self.act.is_shadowed(ins.value):
                 e.call("NRT_decref", "void", [self.shadow(ins.value, block)])
             return True
-        if callee in FREES:
+        if callee in FREES or callee == VARSIZE_FREE:
             return True
         if callee.startswith("llvm.memset") and self.act.is_shadowed(ins.args[0]):
             # The bytes set carry no adjoint. Shadow pointers are left alone
@@ -261,6 +254,10 @@ class ShadowMemory:
             elif kind == "inst" and self.fn.defs[name].opcode == "alloca":
                 source = self.fn.defs[name].source_type
                 found |= {_scalar_kind(t) for t in _leaf_types(source)}
+            elif kind == "inst" and self.fn.defs[name].opcode == "load":
+                element = self._returned_element(self.fn.defs[name])
+                found.add(element)
+                unknown |= element is None
             elif kind != "inst" or self.fn.defs[name].opcode != "call" or \
                     self.fn.defs[name].callee not in ALLOCATORS:
                 unknown = True
@@ -273,6 +270,17 @@ class ShadowMemory:
                                    f"floats (or floats of two types){self._where(ins)}")
         if unknown:
             raise UnsupportedError(f"cannot tell what `{ins.text}` copies{self._where(ins)}")
+        return None
+
+    def _returned_element(self, load):
+        """The float type of an array a call returned (its data pointer ``load``
+        read from the return slot the call filled)."""
+        slot = self._root(load.operands[0])[2]
+        if slot is None or slot.opcode != "alloca":
+            return None
+        for user in self.fn.users.get(slot.name, ()):
+            if user.opcode == "call" and user.args and user.args[0].name == slot.name:
+                return self.builder.data_pointer_type(user.callee, 0)
         return None
 
     def shadow_value(self, e, ins, primal, shadow, name=None) -> Value:
@@ -325,10 +333,12 @@ class ShadowMemory:
         raise UnsupportedError(f"cannot build the shadow of `{ins.text}`{self._where(ins)}")
 
     def _shadow_memory_layout(self) -> dict:
-        """Offsets of the shadows of this function's allocas in one zeroed block,
-        allocated once per call (``~mem``) and freed by the reverse sweep."""
+        """Offsets of the shadows of this function's allocas (outside loops: each
+        runs at most once per call) in one zeroed block, allocated once per
+        call (``~mem``) and freed by the reverse sweep."""
         offsets, total = {}, 0
-        for ins in self.fn.entry.instructions:
+        for ins in (i for b in self.fn.blocks if b.name not in self.cfg.loop_blocks
+                    for i in b.instructions):
             if ins.opcode == "alloca" and ins.name in self.act.shadowed:
                 offsets[ins.name] = total
                 total += -(-slot_bytes(ins.source_type) // 16) * 16

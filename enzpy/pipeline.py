@@ -32,11 +32,11 @@ from numba import types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
-from . import arguments, backend, frontend
+from . import arguments, backend, frontend, userrules
 from .augment import INLINE_LIMIT
 from .cache import (STATS, ModuleBuilder, entry_function, forward_entry_function,
                     tangent_function)
-from .errors import InternalError, UnsupportedError
+from .errors import InternalError, RuleError, UnsupportedError
 from .irtext import read_module_text, type_text
 
 log = logging.getLogger("enzpy")
@@ -73,7 +73,8 @@ class _Stage:
 
     def __exit__(self, kind, exc, tb):
         self.report.timings[self.name] = time.perf_counter() - self.t
-        if exc is None or self.user_code or isinstance(exc, (UnsupportedError, InternalError)):
+        if exc is None or self.user_code or isinstance(exc, (UnsupportedError, InternalError,
+                                                             RuleError)):
             return False
         raise InternalError(
             f"enzpy failed while building the derivative of '{self.report.function}' "
@@ -155,8 +156,10 @@ class Build:
 
     # -- stages ------------------------------------------------------------------
     def lower(self):
+        # a function with a custom rule is differentiated through a call of it
+        disp = userrules.trampoline(self.disp) if userrules.has_rule(self.disp) else self.disp
         with self.stage("numba_compile", user_code=True):
-            low = frontend.lower(self.disp, self.argtypes)
+            low = frontend.lower(disp, self.argtypes)
         with self.stage("capture"):
             module, lowered = frontend.collect_module(low)
         with self.stage("cleanup"):
@@ -173,7 +176,7 @@ class Build:
     def transform(self):
         low = self.primal.low
         restype = low.restype
-        self.returns_derivative = isinstance(restype, (types.Float, types.Array))
+        self.returns_derivative = isinstance(restype, types.Float) or _tangent_result(restype)
         if self.mode == "hvp":
             self._transform_hvp()
             return
@@ -351,17 +354,33 @@ def _size(model) -> int:
     return sum(len(b.instructions) for fn in model.functions.values() for b in fn.blocks)
 
 
+def _tangent_result(ty) -> bool:
+    """Results forward mode gives a tangent of: float arrays and tuples of
+    floats, arrays and integers (with at least one float or array)."""
+    if isinstance(ty, types.Array):
+        return isinstance(ty.dtype, types.Float)
+    if isinstance(ty, types.BaseTuple):
+        return all(isinstance(t, (types.Float, types.Integer, types.Boolean)) or
+                   _tangent_result(t) for t in ty) and any(
+            isinstance(t, types.Float) or _tangent_result(t) for t in ty)
+    return False
+
+
 def _check_return(low, mode):
     restype = low.restype
     if isinstance(restype, (types.Float, types.Integer, types.Boolean)) or \
             restype == types.none:
         return
-    forward = mode == "forward"
-    if forward and isinstance(restype, types.Array) and isinstance(restype.dtype, types.Float):
+    if mode == "forward" and _tangent_result(restype):
         return
-    returned = "a scalar, None or a float array" if forward else "a scalar or None"
-    raise UnsupportedError(f"function '{low.name}' returns {restype}; enzpy "
-                           f"differentiates functions returning {returned}")
+    if mode == "forward":
+        raise UnsupportedError(f"function '{low.name}' returns {restype}; forward mode "
+                               f"differentiates functions returning floats, float arrays or "
+                               f"tuples of them, or None")
+    raise UnsupportedError(f"function '{low.name}' returns {restype}; reverse mode "
+                           f"differentiates functions returning a scalar or None: use "
+                           f"enzpy.vjp(f, *args) for array and tuple results, or write the "
+                           f"result into an output argument passed as Duplicated")
 
 
 def _generate(builder, symbol, activity, name):

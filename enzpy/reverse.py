@@ -23,8 +23,8 @@ from . import rules
 from .analysis import DERIVED_POINTERS
 from .emitter import Emitter
 from .errors import UnsupportedError
-from .ir import (Instruction, Value, contains_float, contains_pointer, is_float_type, local,
-                 split_top)
+from .ir import (Instruction, Value, contains_float, contains_pointer, fields_of, is_float_type,
+                 local)
 from .augment import AugmentedForward
 from .generator import DerivativeGenerator
 from .memory import ShadowMemory, null_shadow, shadow_name, slot_at
@@ -36,6 +36,7 @@ RECOMPUTABLE = {
     "fpext", "fptrunc", "icmp", "fcmp", "select", "getelementptr", "extractvalue",
     "insertvalue", "bitcast", "ptrtoint", "inttoptr", "freeze",
 }
+_ALIGN = {"double": 8, "float": 4, "half": 2}
 _RECOMPUTE_DEPTH = 6         # instructions of a primal function whose derivative may be inlined
 
 
@@ -64,9 +65,10 @@ class Lazy(Value):
 class FunctionDerivative:
     """Names and signature of one (function, activity) derivative pair."""
 
-    def __init__(self, fn, activity, index):
+    def __init__(self, fn, activity, index, atomic=False):
         self.fn = fn
         self.activity = tuple(activity)
+        self.atomic = atomic
         base = f"enzpy.d{index}.{fn.name}"
         self.aug_name = base + ".aug"
         self.rev_name = base + ".rev"
@@ -443,6 +445,11 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         adj = self._take_adjoint(ins.value)
         if op == "load":
             sp = self.shadow(ins.operands[0], block)
+            if self.d.atomic and is_float_type(ins.type):
+                # other threads may add into the same shadow at once
+                e.emit(f"atomicrmw fadd ptr {self.guard(sp, write=True).ref}, "
+                       f"{ins.type} {adj.ref} monotonic, align {_ALIGN[ins.type]}")
+                return
             old = e.define(ins.type, f"load {ins.type}, ptr {self.guard(sp).ref}, align 1")
             e.emit(f"store {ins.type} {add_values(e, old, adj).ref}, "
                    f"ptr {self.guard(sp, write=True).ref}, align 1")
@@ -489,7 +496,9 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             elif p == rules.MINUS_ONE:
                 self._accumulate(operand, e.fneg(adj))
             else:
-                self._accumulate(operand, e.fmul(adj, p))
+                product = e.fmul(adj, p) if self.fn.name in self.builder.recursive \
+                    else strong_product(e, adj, p)
+                self._accumulate(operand, product)
 
     def _lazy(self, v: Value, block) -> Value:
         if v.kind != "inst":
@@ -533,6 +542,21 @@ def _rewrite(ins, ops) -> str:
     return f"{op}{flags.group(1) if flags else ''} {t[0]}, {ops[1].ref}"
 
 
+def strong_product(e: Emitter, adj: Value, partial: Value) -> Value:
+    """adj * partial, but 0 where adj is 0 and the partial is nan: an entry
+    ``np.nansum`` skips (a nan that went through arithmetic) gets a zero
+    adjoint. 0 * inf stays nan: an adjoint that is 0 because something
+    overflowed must not turn an infinite derivative into a silent 0. (Not in
+    recursive functions, whose reverse recurses as deep as the primal: there
+    the lean frame wins.)"""
+    product = e.fmul(adj, partial)
+    if partial.kind == "const":           # a finite constant
+        return product
+    skipped = e.define("i1", f"and i1 {e.fcmp('oeq', adj, e.zero(adj.type)).ref}, "
+                             f"{e.fcmp('uno', partial, partial).ref}")
+    return e.select(skipped, e.zero(adj.type), product)
+
+
 def zero_float_leaves(e: Emitter, root: str, ptr: Value, ty=None, path=()):
     """Store 0 into every float leaf of the value of type ``root`` at ``ptr``."""
     ty = root if ty is None else ty
@@ -543,14 +567,7 @@ def zero_float_leaves(e: Emitter, root: str, ptr: Value, ty=None, path=()):
             address = e.define("ptr", f"getelementptr {root}, ptr {ptr.ref}, {indices}").ref
         e.emit(f"store {ty} {e.zero(ty).ref}, ptr {address}, align 1")
         return
-    if ty.startswith("{") or ty.startswith("<{"):
-        fields = split_top(ty.strip("<>{} "))
-    elif ty.startswith("["):
-        count, elt = ty[1:-1].split(" x ", 1)
-        fields = [elt.strip()] * int(count)
-    else:
-        return
-    for k, field in enumerate(fields):
+    for k, field in enumerate(fields_of(ty)):
         if contains_float(field):
             zero_float_leaves(e, root, ptr, field, path + (k,))
 
@@ -561,13 +578,8 @@ def add_values(e: Emitter, a: Value, b: Value) -> Value:
     if is_float_type(ty) or (ty.startswith("<") and contains_float(ty)):
         return e.fadd(a, b)
     if ty.startswith("{") or ty.startswith("["):
-        if ty.startswith("{"):
-            fields = split_top(ty.strip("{} "))
-        else:
-            count, elt = ty[1:-1].split(" x ", 1)
-            fields = [elt.strip()] * int(count)
         out = a
-        for i, fty in enumerate(fields):
+        for i, fty in enumerate(fields_of(ty)):
             if contains_float(fty):
                 s = add_values(e, e.extract(a, i, fty), e.extract(b, i, fty))
                 out = e.insert(out, s, i)

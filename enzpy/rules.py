@@ -117,7 +117,7 @@ INACTIVE_CALLS = re.compile(
 # (see reverse.py): reference counts, allocation data pointers, bulk copies.
 MEMORY_CALLS = re.compile(
     r"^(NRT_(incref|decref|Free|MemInfo_data_fast|MemInfo_data|MemInfo_alloc\w*|Allocate\w*|"
-    r"MemInfo_new_varsize\w*|MemInfo_varsize_(alloc|realloc))|"
+    r"MemInfo_new_varsize\w*|MemInfo_varsize_(alloc|realloc|free))|"
     r"llvm\.(memset|memcpy|memmove)\.)")
 
 _INTRINSIC_NAME = re.compile(r"^llvm\.([a-z0-9_]+?)(\.[a-z]\w*)*$")
@@ -137,7 +137,9 @@ def lookup(name: str, where: str = "") -> Rule:
     """The rule for an opcode or callee; ``UnsupportedError`` when there is none."""
     found = RULES.get(normalize(name))
     if found is None:
-        raise UnsupportedError(f"no derivative rule for '{name}'{where}")
+        raise UnsupportedError(f"no derivative rule for '{name}'{where}; give the @njit "
+                               f"function calling it a derivative with enzpy.defvjp (and "
+                               f"enzpy.defjvp)")
     return found
 
 

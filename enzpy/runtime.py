@@ -11,15 +11,13 @@ FLOAT_BYTES = {"double": 8, "float": 4}
 # Offset of ``size`` in Numba's NRT_MemInfo {refct, dtor, dtor_info, data, size, ...}.
 _MEMINFO_SIZE_OFFSET = 32
 
-def _resize_shadow(name: str) -> str:
-    """Both modes resize a shadow list's data with the primal's (see
-    analysis.RESIZERS), each with a helper of its own name (forward mode's
-    tangent functions are read again by reverse mode, which adds its own)."""
-    return f"""
+RESIZE_SHADOW_FUNCTION = "enzpy.varsize.resize"
+# Both modes resize a shadow list's data with the primal's (see analysis.RESIZERS).
+RESIZE_SHADOW = f"""
 ; The shadow of a variable-size allocation resized by ``resize`` (Numba's
 ; varsize realloc, or alloc when ``keeps`` is false): the bytes it keeps stay,
 ; the new ones are zero. Nothing when the shadow is null.
-define internal ptr @{name}(ptr %mi, i64 %size, ptr %resize, i1 %keeps) {{
+define internal ptr @{RESIZE_SHADOW_FUNCTION}(ptr %mi, i64 %size, ptr %resize, i1 %keeps) {{
 entry:
   %null = icmp eq ptr %mi, null
   br i1 %null, label %none, label %go
@@ -45,16 +43,33 @@ done:
 """
 
 
-RESIZE_SHADOW_FUNCTION = "enzpy.varsize.resize"
-RESIZE_SHADOW = _resize_shadow(RESIZE_SHADOW_FUNCTION)
-RESIZE_TANGENT_FUNCTION = "enzpy.fwd.varsize.resize"
-RESIZE_TANGENT = _resize_shadow(RESIZE_TANGENT_FUNCTION)
+VARSIZE_FREE = "NRT_MemInfo_varsize_free"
+FREE_SHADOW_FUNCTION = "enzpy.varsize.free"
+# Both modes free a shadow list's data with the primal's (see memory.varsize_free_type).
+FREE_SHADOW = f"""
+define internal void @{FREE_SHADOW_FUNCTION}(ptr %mi, ptr %data, ptr %free) {{
+entry:
+  %null = icmp eq ptr %mi, null
+  br i1 %null, label %done, label %go
+go:
+  call void %free(ptr %mi, ptr %data)
+  br label %done
+done:
+  ret void
+}}
+"""
 
 
-def resize_shadow(e, ins, shadow_meminfo, helper=RESIZE_SHADOW_FUNCTION):
+def free_shadow(e, ins, shadow_meminfo, shadow_data):
+    """Emit the shadow's free beside ``ins``, a call to ``VARSIZE_FREE``."""
+    e.call(FREE_SHADOW_FUNCTION, "void",
+           [shadow_meminfo, shadow_data, Value(f'@"{ins.callee}"', "ptr", "global")])
+
+
+def resize_shadow(e, ins, shadow_meminfo):
     """Emit the shadow's resize beside ``ins``, a call to one of ``RESIZERS``."""
     keeps = "true" if ins.callee.endswith("realloc") else "false"
-    return e.call(helper, "ptr",
+    return e.call(RESIZE_SHADOW_FUNCTION, "ptr",
                   [shadow_meminfo, ins.args[1], Value(f'@"{ins.callee}"', "ptr", "global"),
                    Value(keeps, "i1", "const")])
 
@@ -96,7 +111,8 @@ exit:
 """
 
 
-MEMORY_RUNTIME = _memcpy_adjoint("double") + _memcpy_adjoint("float") + RESIZE_SHADOW + """
+MEMORY_RUNTIME = _memcpy_adjoint("double") + _memcpy_adjoint("float") + RESIZE_SHADOW + \
+    FREE_SHADOW + """
 ; The reverse of memset(dst, _, n): the overwritten bytes carry no adjoint.
 define internal void @enzpy.memzero(ptr %dst, i64 %n) {
 entry:
@@ -110,8 +126,6 @@ exit:
 }
 """
 
-RUNTIME_FUNCTIONS = {"enzpy.memcpy.adjoint.double", "enzpy.memcpy.adjoint.float",
-                     "enzpy.memzero"}
 
 
 
@@ -144,4 +158,3 @@ exit:
 
 
 MEMORY_RUNTIME += _axpy("double") + _axpy("float")
-RUNTIME_FUNCTIONS |= {"enzpy.axpy.double", "enzpy.axpy.float", RESIZE_SHADOW_FUNCTION}

@@ -955,14 +955,14 @@ def test_shadow_mismatch_checked_on_cached_calls_too():
 
 
 @njit
-def uses_inv(m):
-    return np.sum(np.linalg.inv(m))
+def uses_gamma(m):
+    return math.gamma(m[0])
 
 
 def test_unsupported_is_unsupported_error():
-    m = np.eye(3) * 2.0
+    m = np.ones(3) * 2.0
     with pytest.raises(UnsupportedError):
-        autodiff(Forward, uses_inv, Duplicated(m, np.ones((3, 3))))
+        autodiff(Forward, uses_gamma, Duplicated(m, np.ones(3)))
 
 
 @njit
@@ -970,9 +970,9 @@ def returns_tuple(x):
     return x, x * 2.0
 
 
-def test_tuple_result_is_unsupported():
-    with pytest.raises(UnsupportedError):
-        autodiff(Forward, returns_tuple, Duplicated(0.5, 1.0))
+def test_tuple_result_gets_a_tuple_of_tangents():
+    (tangent,), = [autodiff(Forward, returns_tuple, Duplicated(0.5, 1.0))]
+    assert tangent == (1.0, 2.0)
 
 
 def test_wrong_argument_count_is_type_error():

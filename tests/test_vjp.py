@@ -1,0 +1,97 @@
+"""enzpy.vjp: reverse mode of functions returning arrays and tuples."""
+import numpy as np
+import pytest
+from numba import njit
+
+import enzpy
+from enzpy import Const, Reverse, UnsupportedError, autodiff
+
+
+@njit
+def softmax(x, t):
+    z = np.exp((x - x.max()) / t)
+    return z / z.sum()
+
+
+@njit
+def affine_and_energy(A, x, n):
+    y = A @ x
+    return y * 2.0, (y ** 2).sum() + n
+
+
+@njit
+def scalar_result(x):
+    return (x ** 3).sum()
+
+
+def fd_vjp(f, args, i, g, h=1e-6):
+    """<g, d f / d args[i]> by central differences."""
+    def pair(out):
+        if isinstance(out, tuple):
+            return sum(np.sum(o * gi) for o, gi in zip(out, g))
+        return np.sum(out * g)
+    x = args[i]
+    if not isinstance(x, np.ndarray):
+        up, dn = list(args), list(args)
+        up[i], dn[i] = x + h, x - h
+        return (pair(f(*up)) - pair(f(*dn))) / (2 * h)
+    grad = np.zeros_like(x)
+    for idx in np.ndindex(*x.shape):
+        up = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        dn = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        up[i][idx] += h
+        dn[i][idx] -= h
+        grad[idx] = (pair(f(*up)) - pair(f(*dn))) / (2 * h)
+    return grad
+
+
+def test_array_result():
+    x = np.array([0.3, -1.2, 2.0, 0.1])
+    out, pullback = enzpy.vjp(softmax, x, 1.5)
+    np.testing.assert_allclose(out, softmax(x, 1.5))
+    for g in (np.array([1.0, 0.0, -1.0, 0.5]), np.ones(4)):     # called many times
+        dx, dt = pullback(g)
+        np.testing.assert_allclose(dx, fd_vjp(softmax, [x, 1.5], 0, g), rtol=1e-6, atol=1e-9)
+        assert dt == pytest.approx(fd_vjp(softmax, [x, 1.5], 1, g), rel=1e-6, abs=1e-9)
+
+
+def test_tuple_result_and_undifferentiated_arguments():
+    A = np.arange(6.0).reshape(2, 3) / 6.0
+    x = np.array([0.5, -1.0, 2.0])
+    out, pullback = enzpy.vjp(affine_and_energy, A, Const(x), 3)
+    g = (np.array([1.0, -0.5]), 2.0)
+    dA, dx, dn = pullback(g)
+    assert dx is None and dn is None
+    np.testing.assert_allclose(dA, fd_vjp(affine_and_energy, [A, x, 3], 0, g), rtol=1e-6)
+    out, pullback = enzpy.vjp(affine_and_energy, A, x, 3)
+    np.testing.assert_allclose(pullback(g)[1], fd_vjp(affine_and_energy, [A, x, 3], 1, g),
+                               rtol=1e-6)
+
+
+def test_scalar_result_and_bad_cotangents():
+    x = np.array([1.0, 2.0])
+    out, pullback = enzpy.vjp(scalar_result, x)
+    assert out == pytest.approx(9.0)
+    np.testing.assert_allclose(pullback(2.0)[0], 2.0 * 3 * x ** 2)
+    _, pullback = enzpy.vjp(softmax, x, 1.0)
+    with pytest.raises(ValueError, match="shape"):
+        pullback(np.ones(3))
+    _, pullback = enzpy.vjp(affine_and_energy, np.ones((2, 2)), np.ones(2), 1)
+    with pytest.raises(ValueError, match="tuple of 2"):
+        pullback(np.ones(2))
+
+
+def test_reverse_mode_on_an_array_result_points_to_vjp():
+    with pytest.raises(UnsupportedError, match="vjp"):
+        autodiff(Reverse, softmax, enzpy.Duplicated(np.ones(3), np.zeros(3)), Const(1.0))
+
+
+@njit
+def two_outputs(x):
+    return np.array([x.sum(), (x ** 2).sum()])
+
+
+def test_jacobian_picks_reverse_mode_for_few_outputs():
+    x = np.arange(1.0, 6.0)
+    np.testing.assert_allclose(enzpy.jacobian(two_outputs, x),
+                               np.stack([np.ones(5), 2 * x]))
