@@ -8,7 +8,8 @@ from .ir import Value
 
 FLOAT_BYTES = {"double": 8, "float": 4}
 
-# Offset of ``size`` in Numba's NRT_MemInfo {refct, dtor, dtor_info, data, size, ...}.
+# Offsets of ``data`` and ``size`` in Numba's NRT_MemInfo {refct, dtor, dtor_info, data, size, ...}.
+_MEMINFO_DATA_OFFSET = 24
 _MEMINFO_SIZE_OFFSET = 32
 
 RESIZE_SHADOW_FUNCTION = "enzpy.varsize.resize"
@@ -27,9 +28,14 @@ go:
   %sizep = getelementptr inbounds i8, ptr %mi, i64 {_MEMINFO_SIZE_OFFSET}
   %old = load i64, ptr %sizep
   %kept = select i1 %keeps, i64 %old, i64 0
-  %data = call ptr %resize(ptr %mi, i64 %size)
+  %result = call ptr %resize(ptr %mi, i64 %size)
+  %ok = icmp ne ptr %result, null
+  ; Numba declares the resizers ``noalias``: had the zeroing gone through their
+  ; result, LLVM would see stores to a fresh block nobody reads and delete them.
+  ; The block is read back through the MemInfo, so it is written through it.
+  %datap = getelementptr inbounds i8, ptr %mi, i64 {_MEMINFO_DATA_OFFSET}
+  %data = load ptr, ptr %datap
   %grew = icmp ugt i64 %size, %kept
-  %ok = icmp ne ptr %data, null
   %zero = and i1 %grew, %ok
   br i1 %zero, label %fill, label %done
 fill:
@@ -38,7 +44,8 @@ fill:
   call void @llvm.memset.p0.i64(ptr %tail, i8 0, i64 %n, i1 false)
   br label %done
 done:
-  ret ptr %data
+  %returned = select i1 %ok, ptr %data, ptr null
+  ret ptr %returned
 }}
 """
 

@@ -7,3 +7,24 @@ _ROOT = os.path.dirname(_HERE)
 for _p in (_ROOT, _HERE):
     if _p not in sys.path:
         sys.path.insert(0, _p)
+
+# Each test session starts from an empty persistent derivative cache of its own
+# (subprocesses the tests start inherit it): the suite exercises saving and
+# loading without reading or filling the user's cache.
+if "ENZPY_CACHE_DIR" not in os.environ:
+    import tempfile
+    os.environ["ENZPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="enzpy-test-cache-")
+
+
+def _perturb_fresh_memory():
+    """Have malloc hand out non-zero bytes (glibc's M_PERTURB): a derivative
+    that reads shadow memory it never zeroed then fails every time, instead of
+    only when the allocator happens to return zeroed pages."""
+    import ctypes
+    try:
+        ctypes.CDLL(None).mallopt(-6, 0xA5)   # M_PERTURB
+    except (OSError, AttributeError):         # not glibc
+        pass
+
+
+_perturb_fresh_memory()

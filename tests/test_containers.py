@@ -204,6 +204,27 @@ def test_container_gradients(f):
     check_both_modes(f)
 
 
+@njit
+def scalar_list_then_append(x):
+    values = [x]
+    values.append(x * x)
+    return values[1]
+
+
+def test_grown_shadow_block_starts_at_zero(monkeypatch):
+    # The append reallocates the literal's block, and the shadow's new bytes
+    # must read as zero: LLVM once deleted their zeroing (Numba declares the
+    # resizer ``noalias``; see runtime.RESIZE_SHADOW). conftest has malloc
+    # hand out non-zero bytes, so an unzeroed block shows here. (Built for the
+    # persistent cache, the module keeps its parts apart and LLVM saw no dead
+    # store: the bug showed only with the cache off.)
+    monkeypatch.setenv("ENZPY_CACHE", "0")
+    for _ in range(5):
+        assert autodiff(Reverse, scalar_list_then_append, Active(1.5)) == ((3.0,),)
+    (tangent,) = autodiff(Forward, scalar_list_then_append, Duplicated(1.5, 1.0))
+    assert tangent == 3.0
+
+
 def test_containers_leak_nothing():
     for f in (list_of_floats_grown, list_of_fresh_arrays, jitclass_method, nested_lists,
               list_of_array_float_tuples, list_pop):
