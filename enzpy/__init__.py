@@ -4,7 +4,7 @@ Numba lowers the function to LLVM IR; enzpy differentiates that IR in the style
 of Enzyme and compiles the derivative with llvmlite.
 """
 from .api import (Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse,
-                  ReverseWithPrimal, autodiff, build_report, cache_info)
+                  ReverseWithPrimal, autodiff, build_report, cache_clear, cache_info)
 from .arguments import zeros_like
 from .userrules import RuleCheck, check_rule, clear_rules, defjvp, defvjp, inactive
 from .check import GradientCheck, check_gradient, gradient
@@ -15,7 +15,7 @@ from . import linalg  # noqa: F401  (the rules of NumPy's linear algebra)
 
 __all__ = ["autodiff", "Reverse", "ReverseWithPrimal", "Forward", "ForwardWithPrimal",
            "Active", "Const", "Duplicated", "UnsupportedError", "InternalError", "cache_info",
-           "build_report", "gradient", "check_gradient", "GradientCheck", "hvp", "hessian",
+           "cache_clear", "build_report", "gradient", "check_gradient", "GradientCheck", "hvp", "hessian",
            "jacobian", "vjp", "zeros_like", "defvjp", "defjvp", "inactive", "clear_rules",
            "check_rule", "RuleCheck"]
 __version__ = "0.1.0"

@@ -12,7 +12,7 @@ import numba
 import numpy as np
 from numba.core.registry import cpu_target
 
-from . import arguments
+from . import arguments, diskcache
 from .arguments import check_shadow, rebuild_adjoint, strided_like
 from .cache import STATS
 from .pipeline import build, entries as _entries, reports as _reports, typed_signature
@@ -268,9 +268,13 @@ def cache_info() -> dict:
 
     ``derivative_functions`` counts the derivatives written: (augmented
     forward, reverse) pairs and tangent functions; each (mode, function,
-    activity) key is written once per process, so it equals ``distinct_keys``.
-    (The tangent functions an ``hvp`` build differentiates again are private
-    to that build and not counted.)
+    activity) key is written once per process, so it equals ``distinct_keys``
+    plus ``rewritten``: derivatives written again, by a build saved to the
+    persistent cache instead of calling the copy of a build that was not saved
+    (the saved one must load alone in a later process), or after the custom
+    rules changed (``clear_rules``). (The tangent
+    functions an ``hvp`` build differentiates again are private to that build
+    and not counted.)
     """
     stages = {}
     for reports in _reports.values():
@@ -284,5 +288,14 @@ def cache_info() -> dict:
             "distinct_keys": len(STATS.keys),
             "hits": STATS.hits,
             "misses": STATS.misses,
+            "loaded": STATS.loaded,
+            "saved": STATS.saved,
+            "rewritten": STATS.rewritten,
             "build_seconds": stages,
         }
+
+
+def cache_clear() -> int:
+    """Empty the persistent derivative cache (``ENZPY_CACHE_DIR``); returns the
+    number of entries removed. Derivatives already loaded in this process stay."""
+    return diskcache.clear()

@@ -18,6 +18,8 @@ from llvmlite import ir as llir
 from numba import njit, types
 from numba.core import cgutils
 from numba.core.callconv import excinfo_t
+from numba.core.compiler import CompileResult
+from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
 from .ir import parse
@@ -56,9 +58,12 @@ def optimize(module, codegen):
     pb.getModulePassManager().run(module, pb)
 
 
-def compile_module(module, entry: str, codegen):
-    """Machine code for ``module`` in Numba's engine; returns (library, entry address)."""
+def compile_module(module, entry: str, codegen, keep_object=False):
+    """Machine code for ``module`` in Numba's engine; returns (library, entry
+    address). ``keep_object``: keep the object code, for the persistent cache."""
     library = codegen.create_library(f"enzpy.{entry}")
+    if keep_object:
+        library.enable_object_caching()
     # Already optimized by enzpy: Numba's own passes would only repeat the work.
     library._optimize_functions = lambda module: None
     library._optimize_final_module = lambda: None
@@ -67,10 +72,12 @@ def compile_module(module, entry: str, codegen):
     return library, library.get_pointer_to_function(entry)
 
 
-def numba_entry(address: int, argtypes, adjoint_types, restype, tangent=False):
-    """An ``@njit`` function ``f(*args) -> (adjoints..., primal, peak tape bytes)``
-    calling the derivative's entry point at ``address``; with ``tangent``,
-    ``(tangent, primal, 0)`` where the tangent has the primal's type."""
+def numba_entry(target, argtypes, adjoint_types, restype, tangent=False, name="entry"):
+    """An ``@njit`` function ``name(*args) -> (adjoints..., primal, peak tape
+    bytes)`` calling the derivative's entry point ``target``: its address, or
+    its symbol (machine code that can be saved and loaded in another process,
+    once the entry point is loaded); with ``tangent``, ``(tangent, primal, 0)``
+    where the tangent has the primal's type."""
     fields = [(t, False) for t in adjoint_types] + [(restype, True)] * (1 + tangent)
     result = types.Tuple(tuple(t for t, _ in fields) + (types.int64,))
 
@@ -91,10 +98,14 @@ def numba_entry(address: int, argtypes, adjoint_types, restype, tangent=False):
                                      [llir.PointerType(out_ty),
                                       llir.PointerType(llir.PointerType(excinfo_t))]
                                      + [a.type for a in flat])
-            # A dynamic address: Numba then refuses to cache code calling it
-            # (the address is only valid in this process).
-            fn = builder.bitcast(context.add_dynamic_addr(builder, address, "enzpy derivative"),
-                                 llir.PointerType(fnty))
+            if isinstance(target, str):
+                fn = cgutils.get_or_insert_function(builder.module, fnty, target)
+            else:
+                # A dynamic address: Numba then refuses to cache code calling
+                # it (the address is only valid in this process).
+                fn = builder.bitcast(context.add_dynamic_addr(builder, target,
+                                                              "enzpy derivative"),
+                                     llir.PointerType(fnty))
             out = cgutils.alloca_once(builder, out_ty)
             excinfo = cgutils.alloca_once(builder, llir.PointerType(excinfo_t))
             code = builder.call(fn, [out, excinfo] + flat)
@@ -116,10 +127,51 @@ def numba_entry(address: int, argtypes, adjoint_types, restype, tangent=False):
         return result(*args), codegen
 
     # Numba intrinsics need a fixed arity: write the two small wrappers out.
-    names = ", ".join(f"a{i}" for i in range(len(argtypes)))
-    namespace = {"typer": typer, "intrinsic": intrinsic}
-    exec(f"def call_typer(typingctx{', ' if names else ''}{names}):\n"
-         f"    return typer(typingctx, ({names}{',' if names else ''}))\n"
-         f"call = intrinsic(call_typer)\n"
-         f"def entry({names}):\n    return call({names})\n", namespace)
-    return njit(result(*argtypes), cache=False)(namespace["entry"])
+    namespace = _entry_source(name, len(argtypes))
+    namespace.update(typer=typer, intrinsic=intrinsic)
+    exec(namespace.pop("source"), namespace)
+    return njit(result(*argtypes), cache=False)(namespace[name])
+
+
+def _entry_source(name, n) -> dict:
+    names = ", ".join(f"a{i}" for i in range(n))
+    # a module name: Numba can then save the compiled function (its environment
+    # refers to the module by name)
+    return {"__name__": __name__, "source": (
+        f"def call_typer(typingctx{', ' if names else ''}{names}):\n"
+        f"    return typer(typingctx, ({names}{',' if names else ''}))\n"
+        f"call = intrinsic(call_typer)\n"
+        f"def {name}({names}):\n    return call({names})\n")}
+
+
+_PLAIN = (types.Number, types.Boolean, types.NoneType)
+
+
+def _plain(ty) -> bool:
+    if isinstance(ty, types.BaseTuple):
+        return all(_plain(t) for t in ty)
+    if isinstance(ty, types.Array):
+        return isinstance(ty.dtype, _PLAIN)
+    return isinstance(ty, _PLAIN)
+
+
+def saved_entry(call):
+    """The compiled ``numba_entry`` (called by symbol) as picklable state, or
+    None when its signature holds types that do not survive pickling
+    (functions, classes)."""
+    (sig, cres), = call.overloads.items()
+    if not all(_plain(t) for t in sig) or not _plain(cres.signature.return_type):
+        return None
+    return cres._reduce()
+
+
+def loaded_entry(state, name):
+    """The ``numba_entry`` saved by ``saved_entry``, without compiling."""
+    cres = CompileResult._rebuild(cpu_target.target_context, *state)
+    namespace = _entry_source(name, len(cres.signature.args))
+    namespace.update(typer=None, intrinsic=lambda fn: fn)
+    exec(namespace.pop("source"), namespace)
+    call = njit(cache=False)(namespace[name])
+    call.add_overload(cres)
+    call.disable_compile()
+    return call

@@ -42,6 +42,12 @@ class Stats:
         self.keys = set()
         self.hits = 0
         self.misses = 0
+        self.loaded = 0         # from the persistent cache
+        self.saved = 0          # to the persistent cache
+        # derivatives written again: by a build saved to the persistent cache
+        # rather than call a copy that was not saved (a later process loads it
+        # alone), or after the custom rules changed (clear_rules)
+        self.rewritten = 0
         self.builds = []
 
 
@@ -55,8 +61,9 @@ class Library:
         self.library = None
 
 
-# (mode, symbol, activity) -> (derivative, Library): derivatives compiled by
-# earlier builds, which later builds call instead of writing them again.
+# (mode, symbol, activity) -> (derivative, Library, owner): derivatives compiled
+# by earlier builds, which later builds call instead of writing them again;
+# ``owner`` is the persistent-cache key of the build that wrote them (or None).
 SHARED: dict = {}
 _NAMES = itertools.count()
 
@@ -67,16 +74,25 @@ class ModuleBuilder:
 
     With ``share=False`` nothing is taken from or given to other builds: every
     derivative is written here (a module another transformation will read).
+    A build saved to the persistent cache has an ``owner`` (its key): its
+    derivatives' names carry it, unique across processes, and it only calls
+    derivatives of earlier builds whose owner is in ``reusable`` (saved too,
+    so a later process can load them first); ``depends`` lists those owners.
     """
 
-    def __init__(self, module, lowered, original_blocks=None, mode="reverse", share=True):
+    def __init__(self, module, lowered, original_blocks=None, mode="reverse", share=True,
+                 owner=None, reusable=frozenset()):
         self.module = module
         self.mode = mode
         self.share = share
+        self.owner = owner
+        self.reusable = reusable
+        self.depends = set()
         self.original_blocks = original_blocks or {}
         self.lowered = lowered            # symbol -> frontend.Lowered
         self.derivatives = {}             # (symbol, activity) -> FunctionDerivative
         self.reused = {}                  # the subset compiled by earlier builds
+        self.rewritten = set()            # keys an earlier, unsaved build wrote too
         self.library = Library()          # where this build's derivatives will live
         # The memory runtime zeroes shadows with memset.
         self.declarations = {
@@ -145,17 +161,24 @@ class ModuleBuilder:
         key = (self.mode, symbol, tuple(activity), atomic)
         found = self.derivatives.get(key)
         if found is None and self.share and key in SHARED:
-            found, _ = SHARED[key]
-            self.derivatives[key] = self.reused[key] = found
+            shared, _, owner = SHARED[key]
+            if self.owner is None or owner in self.reusable:
+                found = self.derivatives[key] = self.reused[key] = shared
+                if owner is not None:
+                    self.depends.add(owner)
+            else:
+                self.rewritten.add(key)
         if found is None:
             fn = rule_for(symbol, self.module)[1] or self.module.functions.get(symbol)
             if fn is None:
                 raise UnsupportedError(f"the IR of called function '{symbol}' is not available")
+            index = next(_NAMES) if self.owner is None else \
+                f"{self.owner[:16]}.{len(self.derivatives)}"
             if self.mode == "forward":
-                found = ForwardDerivative(fn, activity, next(_NAMES))
+                found = ForwardDerivative(fn, activity, index)
             else:
                 split_loop_exits(fn)
-                found = FunctionDerivative(fn, activity, next(_NAMES), atomic)
+                found = FunctionDerivative(fn, activity, index, atomic)
             self.derivatives[key] = found
             self._pending.append(found)
         return found
@@ -163,6 +186,8 @@ class ModuleBuilder:
     @property
     def exported(self) -> set:
         """Names of the derivatives this build writes (kept visible to later builds)."""
+        if not self.share:
+            return set()
         return {name for key, d in self.derivatives.items() if key not in self.reused
                 for name in d.names}
 
@@ -173,10 +198,18 @@ class ModuleBuilder:
             return
         with STATS.lock:
             for key, d in self.derivatives.items():
+                if key in self.reused:
+                    STATS.keys.add(key)
+                    continue
+                STATS.derivative_functions += 1
+                if key in STATS.keys:
+                    STATS.rewritten += 1
                 STATS.keys.add(key)
-                if key not in self.reused:
-                    SHARED.setdefault(key, (d, self.library))
-            STATS.derivative_functions += len(self.derivatives) - len(self.reused)
+                if key in self.rewritten:
+                    # later saved builds can call this copy once it is saved
+                    SHARED[key] = (d, self.library, self.owner)
+                else:
+                    SHARED.setdefault(key, (d, self.library, self.owner))
 
     def describe(self, symbol, ins) -> str:
         """' in function 'f' (near line N)' for messages about ``ins``."""

@@ -13,12 +13,15 @@ vectorizing), so enzpy differentiates small, clean IR.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import threading
+import time
+from contextlib import contextmanager
 
 from llvmlite import binding as llvm
-from numba.core import codegen, compiler, types
+from numba.core import codegen, compiler, typed_passes, types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
@@ -81,6 +84,61 @@ def _install_hooks():
 
 
 _install_hooks()
+
+
+# -- where Numba's time goes -------------------------------------------------------------
+_timing = threading.local()
+
+
+def _timed(category, method):
+    """``method`` charging its own time (not that of timed calls nested in it,
+    e.g. a callee's compile inside type inference) to ``category``, while a
+    ``numba_timings`` block measures this thread."""
+    @functools.wraps(method)
+    def timed(*args, **kwargs):
+        stack = getattr(_timing, "stack", None)
+        if stack is None:
+            return method(*args, **kwargs)
+        start = time.perf_counter()
+        stack.append(0.0)
+        try:
+            return method(*args, **kwargs)
+        finally:
+            elapsed = time.perf_counter() - start
+            nested = stack.pop()
+            _timing.totals[category] += elapsed - nested
+            if stack:
+                stack[-1] += elapsed
+    timed._enzpy_timed = True
+    return timed
+
+
+def _install_timers():
+    if getattr(codegen.CPUCodeLibrary.finalize, "_enzpy_timed", False):
+        return
+    codegen.CPUCodeLibrary.finalize = _timed("optimize_codegen",
+                                             codegen.CPUCodeLibrary.finalize)
+    typed_passes.NativeLowering.run_pass = _timed("lowering",
+                                                  typed_passes.NativeLowering.run_pass)
+
+
+_install_timers()
+
+
+@contextmanager
+def numba_timings():
+    """Seconds Numba spends in this block, split into ``typing`` (bytecode
+    analysis and type inference), ``lowering`` (to LLVM IR) and
+    ``optimize_codegen`` (its LLVM optimization and machine code)."""
+    totals = {"typing": 0.0, "lowering": 0.0, "optimize_codegen": 0.0}
+    _timing.stack, _timing.totals = [], totals
+    start = time.perf_counter()
+    try:
+        yield totals
+    finally:
+        _timing.stack = None
+        totals["typing"] = max(0.0, time.perf_counter() - start - totals["lowering"]
+                               - totals["optimize_codegen"])
 
 
 def _compile_again(dispatcher, argtypes, symbol):
@@ -272,11 +330,8 @@ def _raw_text(lowered: Lowered) -> str:
 _INTRINSIC_OR_RUNTIME = re.compile(r"^(llvm\.|NRT_|numba_|Py|_Py)")
 
 
-def collect_module(root: Lowered):
-    """Link the raw IR of ``root`` and of every Numba function it reaches.
-
-    Returns (module, lowered-by-symbol).
-    """
+def collect_module(root: Lowered) -> dict:
+    """The Numba functions ``root`` reaches (itself included), lowered, by symbol."""
     lowered = {root.symbol: root}
     pending = [root]
     while pending:
@@ -285,7 +340,12 @@ def collect_module(root: Lowered):
             if low.symbol not in lowered:
                 lowered[low.symbol] = low
                 pending.append(low)
+    return lowered
 
+
+def link_module(root: Lowered, lowered: dict):
+    """Link the raw IR of ``root`` and of every Numba function it reaches
+    (``lowered`` gains the glue of custom rules)."""
     module = llvm.parse_assembly(cgutils.normalize_ir_text(_raw_text(root)))
     linked = {root.symbol}
     while True:
@@ -322,7 +382,7 @@ def collect_module(root: Lowered):
             added = True
         if not added:
             break
-    return _resolve_mutual_recursion(module), lowered
+    return _resolve_mutual_recursion(module)
 
 
 _UNRESOLVED = ".numba.unresolved$"

@@ -95,7 +95,8 @@ def _autodiff_jitted(mode, f, *args):
     if entry is None:
         typed = [(kind.__name__, ty, ty if kind is Duplicated and isinstance(ty, types.Float)
                   else shadow) for kind, ty, shadow in signature]
-        entry = pipeline.build(disp, typed, "reverse" if mode.reverse else "forward", key)
+        entry = pipeline.build(disp, typed, "reverse" if mode.reverse else "forward", key,
+                               by_address=True)
     else:
         STATS.hits += 1
     return _implementation(entry, mode, signature,

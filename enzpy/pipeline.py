@@ -32,7 +32,7 @@ from numba import types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
-from . import arguments, backend, frontend, userrules
+from . import arguments, backend, diskcache, fingerprint, frontend, userrules
 from .augment import INLINE_LIMIT
 from .cache import (STATS, ModuleBuilder, entry_function, forward_entry_function,
                     tangent_function)
@@ -52,6 +52,9 @@ class BuildReport:
     peak_tape_bytes: int = 0          # the largest tape of any call so far
     derivative_functions: int = 0
     module_bytes: int = 0
+    cache: str = ""                   # the persistent cache: loaded, stored, not cached: why
+    # Numba's part of numba_compile: typing, lowering, optimize_codegen (seconds)
+    numba: dict = field(default_factory=dict)
 
     @property
     def total(self):
@@ -59,9 +62,13 @@ class BuildReport:
 
     def __str__(self):
         stages = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.timings.items())
+        if self.numba:
+            stages += " (Numba: " + ", ".join(f"{k} {v * 1e3:.1f} ms"
+                                              for k, v in self.numba.items()) + ")"
+        cache = f"; cache: {self.cache}" if self.cache else ""
         return (f"{self.function}{self.signature}: {stages}; "
                 f"{self.primal_instructions} primal instructions, "
-                f"{self.derivative_functions} derivative functions")
+                f"{self.derivative_functions} derivative functions{cache}")
 
 
 class _Stage:
@@ -129,8 +136,10 @@ class Build:
     shadow or None) per argument; ``mode`` is 'reverse', 'forward' or 'hvp'.
     """
 
-    def __init__(self, disp, signature, mode, key):
+    def __init__(self, disp, signature, mode, key, by_address=False):
         self.disp, self.signature, self.mode, self.key = disp, signature, mode, key
+        self.by_address = by_address
+        self.fingerprint = self.machine = None
         self.ctx = cpu_target.target_context
         self.argtypes = tuple(ty for _, ty, _ in signature)
         label = f"hvp{self.argtypes}" if mode == "hvp" else str(self.argtypes)
@@ -145,10 +154,13 @@ class Build:
                 STATS.hits += 1
                 return entries[self.key]
             STATS.misses += 1
-            self.lower()
-            self.transform()
-            self.compile()
-            entry = self.wrap()
+            entry = self.load()
+            if entry is None:
+                self.lower()
+                self.transform()
+                self.compile()
+                entry = self.wrap()
+                self.store(entry)
             entries[self.key] = entry
             reports.setdefault(self.disp.py_func, []).append(self.report)
             log.info("built %s", self.report)
@@ -158,10 +170,13 @@ class Build:
     def lower(self):
         # a function with a custom rule is differentiated through a call of it
         disp = userrules.trampoline(self.disp) if userrules.has_rule(self.disp) else self.disp
-        with self.stage("numba_compile", user_code=True):
+        with self.stage("numba_compile", user_code=True), frontend.numba_timings() as split:
             low = frontend.lower(disp, self.argtypes)
+            # (callees Numba compiled already are only looked up here)
+            lowered = frontend.collect_module(low)
+        self.report.numba = split
         with self.stage("capture"):
-            module, lowered = frontend.collect_module(low)
+            module = frontend.link_module(low, lowered)
         with self.stage("cleanup"):
             blocks = frontend.original_blocks(module)
             frontend.cleanup(module)
@@ -170,13 +185,13 @@ class Build:
         self.report.primal_instructions = _size(model)
         self.dump("primal", model.text)
         self.primal = _Primal(low, model, lowered, blocks)
+        self.restype = low.restype
         if self.mode != "hvp":             # hvp checks for a float return itself
             _check_return(low, self.mode)
 
     def transform(self):
         low = self.primal.low
         restype = low.restype
-        self.returns_derivative = isinstance(restype, types.Float) or _tangent_result(restype)
         if self.mode == "hvp":
             self._transform_hvp()
             return
@@ -190,14 +205,14 @@ class Build:
         else:
             with self.stage("forward"):
                 self.builder = ModuleBuilder(self.primal.model, self.primal.lowered,
-                                             self.primal.blocks, mode="forward")
+                                             self.primal.blocks, mode="forward",
+                                             **self._sharing())
                 root = _generate(self.builder, low.symbol, activity, low.name)
-                self.entry_name = f"enzpy.entry.{next(backend._ids)}.{low.symbol}"
+                self.entry_name = self._entry_name(low.symbol)
                 self.text = self.builder.module_text(forward_entry_function(
                     self.entry_name, root, _return_slot_type(self.ctx, restype),
                     self.returns_derivative, *self._tangent_params(layouts)))
             self.alias_checks = []
-        self.layouts_used = layouts
         self.dump("derivative", self.text)
         self.report.derivative_functions = len(self.builder.derivatives)
         self.report.module_bytes = len(self.text)
@@ -211,28 +226,135 @@ class Build:
         codegen = self.ctx.codegen()
         with self.stage("optimize"):
             backend.optimize(module, codegen)
+            if self.fingerprint is not None:
+                self.relocations, self.process_bound = diskcache.relocations(
+                    str(module), self.fingerprint)
         with self.stage("codegen"):
-            self.library, self.address = backend.compile_module(module, self.entry_name,
-                                                                codegen)
-            self.builder.publish(self.library)
+            self.library, self.address = backend.compile_module(
+                module, self.entry_name, codegen, keep_object=self.fingerprint is not None)
+        if self.fingerprint is not None:
+            self._register()
+        self.builder.publish(self.library)
 
     def wrap(self) -> Entry:
+        """The entry point, from what a cached derivative stores too: the
+        machine code, the return type and the alias checks."""
         if self.mode == "hvp":
             return self._wrap_hvp()
         reverse = self.mode == "reverse"
-        layouts = self.layouts_used
+        layouts = self.layouts(self.signature, reverse)
         shadow_types = [shadow for kind, _, shadow in self.signature if kind == "Duplicated"]
         adjoint_types = [t for (kind, _, _), lay in zip(self.signature, layouts)
                          if kind == "Active" for t in lay.adjoint_types]
+        tangent = not reverse and self.returns_derivative
         with self.stage("wrap"):
-            call = backend.numba_entry(
-                self.address, self.argtypes + tuple(shadow_types), adjoint_types,
-                self.primal.low.restype, tangent=not reverse and self.returns_derivative)
+            call = self._entry_call(self.argtypes + tuple(shadow_types), adjoint_types,
+                                    tangent)
         actives = [i for i, (kind, _, _) in enumerate(self.signature) if kind == "Active"]
         shadows = [i for i, (kind, _, _) in enumerate(self.signature) if kind == "Duplicated"]
         return Entry(call, actives, shadows, self.report, self.alias_checks, self.library,
-                     returns_tangent=not reverse and self.returns_derivative,
+                     returns_tangent=tangent,
                      adjoint_counts=[len(layouts[i].adjoint_types) for i in actives])
+
+    @property
+    def returns_derivative(self) -> bool:
+        return isinstance(self.restype, types.Float) or _tangent_result(self.restype)
+
+    # -- the persistent cache --------------------------------------------------------
+    def load(self):
+        """The derivative from the persistent cache (or built earlier in this
+        process under the same fingerprint), or None."""
+        self.fingerprint = None
+        if not diskcache.enabled():
+            self.report.cache = "off"
+            return None
+        with self.stage("cache_lookup"):
+            try:
+                self.fingerprint = fingerprint.derivative_key(
+                    self.disp, self.signature, self.mode, userrules.registered())
+            except fingerprint.NotCacheable as exc:
+                self.report.cache = f"not cached: {exc}"
+                return None
+            if self.fingerprint.key in diskcache.unloadable:
+                # its names may be half defined in this process: build it unnamed
+                self.fingerprint = None
+                self.report.cache = "not cached: its cache entry did not load"
+                return None
+            self.machine, self.report.cache = diskcache.find(self.fingerprint,
+                                                             self.ctx.codegen())
+        if self.machine is None:
+            self.report.cache = ""
+            return None
+        index = self.machine.index
+        self.library, self.address = self.machine.library, self.machine.address
+        self.restype, self.alias_checks = index["restype"], index["alias_checks"]
+        for name, value in index["report"].items():
+            setattr(self.report, name, value)
+        return self.wrap()
+
+    def _entry_call(self, argtypes, adjoint_types, tangent):
+        """The ``@njit`` entry point: by address for code that stays in this
+        process (``by_address``: inside a caller Numba may try to cache), else
+        by symbol, saved with the derivative and loaded without compiling."""
+        machine = self.machine
+        if self.by_address or machine is None:
+            return backend.numba_entry(self.address, argtypes, adjoint_types, self.restype,
+                                       tangent)
+        if machine.call is None:
+            name = f"entry_{self.fingerprint.key[:16]}"
+            state = machine.index.get("wrapper")
+            machine.call = backend.loaded_entry(state, name) if state is not None else \
+                backend.numba_entry(machine.index["entry_name"], argtypes, adjoint_types,
+                                    self.restype, tangent, name=name)
+        return machine.call
+
+    def _sharing(self) -> dict:
+        """How this build's derivatives are named and shared (see ModuleBuilder)."""
+        if self.fingerprint is None:
+            return {}
+        return {"owner": self.fingerprint.key, "reusable": frozenset(diskcache.durable)}
+
+    def _register(self):
+        """A build under a fingerprint: its machine code is this key's in this process."""
+        index = {"entry_name": self.entry_name, "restype": self.restype,
+                 "alias_checks": self.alias_checks,
+                 "report": {"primal_instructions": self.report.primal_instructions,
+                            "derivative_functions": self.report.derivative_functions,
+                            "module_bytes": self.report.module_bytes}}
+        self.machine = diskcache.register(self.fingerprint.key, index, self.library,
+                                          self.address)
+
+    def store(self, entry):
+        """Save the derivative's machine code and index (not one that depends
+        on this process: dynamic addresses, Numba environments)."""
+        if self.fingerprint is None:
+            return
+        key, index = self.fingerprint.key, self.machine.index
+        with self.stage("cache_store"):
+            if self.process_bound:
+                self.report.cache = ("not cached: the derivative refers to objects of this "
+                                     "process (dynamic addresses or Numba environments)")
+                return
+            try:
+                index["files"] = fingerprint.uncovered_files(self.fingerprint,
+                                                             self.primal.lowered)
+            except fingerprint.NotCacheable as exc:
+                self.report.cache = f"not cached: {exc}"
+                return
+            index["relocations"] = self.relocations
+            if self.machine.call is not None:
+                index["wrapper"] = backend.saved_entry(self.machine.call)
+            if not diskcache.save(key, self.machine, self.builder.depends):
+                self.report.cache = "not cached: the cache folder cannot be used"
+                return
+            STATS.saved += 1
+            self.report.cache = "stored"
+
+    def _entry_name(self, symbol) -> str:
+        # a cached entry keeps its name in every process that loads it
+        if self.fingerprint is not None:
+            return f"enzpy.entry.{self.fingerprint.key[:40]}"
+        return f"enzpy.entry.{next(backend._ids)}.{symbol}"
 
     # -- reverse and forward modules ----------------------------------------------
     @property
@@ -243,9 +365,10 @@ class Build:
     def _reverse_module(self, primal, symbol, activity, layouts, restype, name=None):
         """(builder, entry name, module text) of the reverse derivative of ``symbol``."""
         with self.stage("reverse"):
-            builder = ModuleBuilder(primal.model, primal.lowered, primal.blocks)
+            builder = ModuleBuilder(primal.model, primal.lowered, primal.blocks,
+                                    **self._sharing())
             root = _generate(builder, symbol, activity, name or primal.low.name)
-            entry_name = f"enzpy.entry.{next(backend._ids)}.{symbol}"
+            entry_name = self._entry_name(symbol)
             shadows = [(self._flat_types(shadow), lay.shadow_fields)
                        for (kind, _, shadow), lay in zip(self.signature, layouts)
                        if kind == "Duplicated"]
@@ -293,7 +416,7 @@ class Build:
             raise TypeError(f"hvp: '{low.name}' returns {low.restype}; it needs a function "
                             f"returning a float scalar")
         tx = self.argtypes[0]
-        self.scalar = scalar = isinstance(tx, types.Float)
+        scalar = isinstance(tx, types.Float)
         consts = [("Const", ty, None) for ty in self.argtypes[1:]]
         first = self.layouts([("Duplicated", tx, tx)] + consts, False)
         v_fields = self._flat_types(tx)
@@ -313,7 +436,6 @@ class Build:
         # writes tangents into it where f writes into x.
         self.signature = ([("Active", tx, None) if scalar else ("Duplicated", tx, tx)]
                           + consts + [("Const", tx, None) if scalar else ("Duplicated", tx, tx)])
-        self.hvp_argtypes = self.argtypes + (tx,)
         layouts = self.layouts(self.signature, True)
         self.builder, self.entry_name, self.text = self._reverse_module(
             _Primal(low, self.tangent_model, self.primal.lowered, self.primal.blocks), name,
@@ -323,17 +445,18 @@ class Build:
             tangents.derivatives)
         self.report.module_bytes = len(self.text)
         self.alias_checks = _alias_checks(self.ctx, self.builder.readonly, name,
-                                          self.hvp_argtypes)
+                                          self.argtypes + (tx,))
 
     def _wrap_hvp(self) -> Entry:
         tx = self.argtypes[0]
-        shadow_types = [] if self.scalar else [tx, tx]
+        scalar = isinstance(tx, types.Float)
+        shadow_types = [] if scalar else [tx, tx]
         with self.stage("wrap"):
-            call = backend.numba_entry(self.address, self.hvp_argtypes + tuple(shadow_types),
-                                       [tx] if self.scalar else [], self.primal.low.restype)
-        shadows = [] if self.scalar else [0, len(self.argtypes)]
-        return Entry(call, [0] if self.scalar else [], shadows, self.report,
-                     self.alias_checks, self.library)
+            call = self._entry_call(self.argtypes + (tx,) + tuple(shadow_types),
+                                    [tx] if scalar else [], False)
+        shadows = [] if scalar else [0, len(self.argtypes)]
+        return Entry(call, [0] if scalar else [], shadows, self.report, self.alias_checks,
+                     self.library)
 
     def dump(self, stage, text):
         """With ENZPY_DUMP=<folder>, write each stage's IR there (``f.primal.ll``, ...)."""
@@ -345,9 +468,10 @@ class Build:
                 fh.write(text)
 
 
-def build(disp, signature, mode, key) -> Entry:
-    """The derivative of ``disp`` for ``signature`` in ``mode`` (cached under ``key``)."""
-    return Build(disp, signature, mode, key).run()
+def build(disp, signature, mode, key, by_address=False) -> Entry:
+    """The derivative of ``disp`` for ``signature`` in ``mode`` (cached under
+    ``key``); ``by_address``: its entry point is called from ``@njit`` code."""
+    return Build(disp, signature, mode, key, by_address).run()
 
 
 def _size(model) -> int:

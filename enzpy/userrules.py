@@ -35,7 +35,7 @@ from numba import types
 from numba.core.registry import cpu_target
 from numba.experimental import structref
 
-from . import custom, frontend
+from . import custom, fingerprint, frontend
 from .errors import RuleError, UnsupportedError
 from .ir import Function, fields_of, local, tangent_name
 from .irtext import type_text
@@ -166,6 +166,12 @@ def rule_of(symbol):
     return found
 
 
+def registered() -> dict:
+    """The user's function -> its RuleSpec, for every rule registered."""
+    with _lock:
+        return dict(_rules)
+
+
 def has_rule(disp) -> bool:
     return _function(disp) in _rules
 
@@ -180,8 +186,9 @@ def trampoline(disp):
         n = disp.py_func.__code__.co_argcount
         names = ", ".join(f"a{i}" for i in range(n))
         namespace = {"f": disp}
-        exec(f"def call({names}):\n    return f({names})\n", namespace)
-        call = namespace["call"]
+        exec(compile(f"def call({names}):\n    return f({names})\n", "<enzpy trampoline>",
+                     "exec"), namespace)
+        call = fingerprint.generated_by_enzpy(namespace["call"])
         call.__qualname__ = disp.py_func.__qualname__
         _trampolines[disp] = numba.njit(call)
     return _trampolines[disp]
@@ -189,7 +196,7 @@ def trampoline(disp):
 
 def glue_dispatchers(symbol):
     """The glue functions to link beside a call of ``symbol``, as (dispatcher,
-    argument types): ``frontend.collect_module`` links their raw IR."""
+    argument types): ``frontend.link_module`` links their raw IR."""
     if rule_of(symbol) is None:
         return []
     glue = glue_for(symbol)
@@ -256,7 +263,7 @@ def _compile(source, namespace, name, argtypes, rule):
     filename = f"<enzpy rule glue {next(_ids)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
-    disp = numba.njit(namespace[name])
+    disp = numba.njit(fingerprint.generated_by_enzpy(namespace[name]))
     try:
         disp.compile(tuple(argtypes))
     except numba.core.errors.TypingError as exc:
@@ -308,8 +315,9 @@ def _laid_out_like(ref, x):
 def _tuple_impl(name, n, *args):
     items = ", ".join(f"{name}({', '.join(f'{a}[{i}]' for a in args)})" for i in range(n))
     namespace = {"_zero_shadow": _zero_shadow, "_laid_out_like": _laid_out_like}
-    exec(f"def impl({', '.join(args)}):\n    return ({items},)\n", namespace)
-    return namespace["impl"]
+    exec(compile(f"def impl({', '.join(args)}):\n    return ({items},)\n",
+                 "<enzpy tuple rule>", "exec"), namespace)
+    return fingerprint.generated_by_enzpy(namespace["impl"])
 
 
 @numba.extending.overload(_zero_shadow)

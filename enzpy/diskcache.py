@@ -1,0 +1,306 @@
+"""The persistent derivative cache: built derivatives as object code, across processes.
+
+The second half of this module keeps the machine code of derivatives built
+or loaded in this process by key (``find``, ``register``, ``save``): a key's
+code is loaded once per process; a derivative calling another build's
+derivatives lists them (``depends``) and is loaded after them; the addresses
+of dispatchers Numba puts in code (a function passed as a value) are
+recorded by position in the fingerprint's walk and written again on load.
+
+One file per derivative, ``<key>.enzpy`` in the cache directory
+(``ENZPY_CACHE_DIR``, by default the user's cache folder; ``ENZPY_CACHE=0``
+turns it off). A file holds a header line, the SHA-256 of the rest, and the
+pickled index (how to call the machine code, the source files it depends on)
+with the object code itself. It is written to a temporary file and renamed
+into place, so readers see a whole entry or none, and concurrent writers of
+one key leave one valid entry. A truncated or corrupted file fails its hash
+and is rebuilt, never loaded.
+
+Loading an entry runs its machine code, so the cache is private: the folder
+is created readable and writable by its owner only, and a folder or entry
+owned by another user or writable by others is ignored. A folder that cannot
+be created or written disables caching, with one warning.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import pickle
+import re
+import stat
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+
+from numba.core.registry import cpu_target
+from numba.core.runtime import rtsys
+
+from . import fingerprint
+from .cache import STATS
+
+log = logging.getLogger("enzpy")
+
+_MAGIC = b"enzpy derivative cache 1\n"
+_SUFFIX = ".enzpy"
+_warned: set = set()
+
+
+class CacheWarning(UserWarning):
+    """The persistent derivative cache is off or ignored an entry."""
+
+
+def _warn_once(key, message):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, CacheWarning, stacklevel=4)
+
+
+def default_directory() -> str:
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.expanduser("~")
+        return os.path.join(base, "enzpy", "Cache")
+    if sys.platform == "darwin":
+        return os.path.expanduser("~/Library/Caches/enzpy")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(base, "enzpy")
+
+
+def enabled() -> bool:
+    return os.environ.get("ENZPY_CACHE", "1").strip().lower() not in ("0", "false", "no",
+                                                                        "off")
+
+
+def _private(info) -> bool:
+    """Owned by this user and writable by nobody else."""
+    owner = getattr(os, "getuid", None)
+    if owner is not None and info.st_uid != owner():
+        return False
+    return not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def configured_directory() -> str:
+    return os.path.abspath(os.environ.get("ENZPY_CACHE_DIR") or default_directory())
+
+
+def directory():
+    """The cache folder, created if needed, or None when caching is off or the
+    folder is unusable (with one warning)."""
+    if not enabled():
+        return None
+    path = configured_directory()
+    try:
+        if not os.path.isdir(path):
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.stat(path)
+    except OSError as exc:
+        _warn_once(path, f"enzpy: the derivative cache folder {path} cannot be created "
+                         f"({exc}); derivatives are not cached")
+        return None
+    if not _private(info):
+        _warn_once(path, f"enzpy: the derivative cache folder {path} is owned by another "
+                         f"user or writable by others; it is ignored and derivatives are "
+                         f"not cached")
+        return None
+    return path
+
+
+def _path(folder, key) -> str:
+    return os.path.join(folder, key + _SUFFIX)
+
+
+def read(key):
+    """The (index, payload) stored under ``key``, or None (missing, stale,
+    corrupted or not private)."""
+    folder = directory()
+    if folder is None:
+        return None
+    path = _path(folder, key)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode) or not _private(info):
+            _warn_once(path, f"enzpy: ignoring cache entry {path}: owned by another user or "
+                             f"writable by others")
+            return None
+        data = fh.read()
+    header = len(_MAGIC) + 65
+    body = data[header:]
+    if not data.startswith(_MAGIC) or \
+            data[len(_MAGIC):header] != hashlib.sha256(body).hexdigest().encode() + b"\n":
+        log.warning("enzpy: cache entry %s is truncated or corrupted; rebuilding it", path)
+        return None
+    try:
+        stored = pickle.loads(body)
+    except Exception as exc:      # noqa: BLE001 (an unreadable entry is a miss)
+        log.warning("enzpy: cache entry %s cannot be read (%s); rebuilding it", path, exc)
+        return None
+    if stored.get("key") != key:
+        return None
+    return stored["index"], stored["payload"]
+
+
+def write(key, index, payload) -> bool:
+    """Write the entry atomically; False (with one warning) if the folder is not writable."""
+    folder = directory()
+    if folder is None:
+        return False
+    body = pickle.dumps({"key": key, "index": index, "payload": payload},
+                        protocol=pickle.HIGHEST_PROTOCOL)
+    data = _MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        _warn_once(folder, f"enzpy: the derivative cache folder {folder} is not writable "
+                           f"({exc}); derivatives are not cached")
+        return False
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, _path(folder, key))
+    except OSError as exc:
+        _warn_once(folder, f"enzpy: writing to the derivative cache folder {folder} failed "
+                           f"({exc}); derivatives are not cached")
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+    return True
+
+
+def clear() -> int:
+    """Remove every entry of the cache folder (even with ``ENZPY_CACHE=0``);
+    returns how many were removed."""
+    folder = configured_directory()
+    if not os.path.isdir(folder):
+        return 0
+    removed = 0
+    for name in os.listdir(folder):
+        if name.endswith(_SUFFIX) or (name.startswith(".") and name.endswith(".tmp")):
+            try:
+                os.unlink(os.path.join(folder, name))
+                removed += name.endswith(_SUFFIX)
+            except OSError:
+                pass
+    return removed
+
+
+# -- machine code in this process ---------------------------------------------------------
+@dataclass
+class Machine:
+    """A derivative's machine code in this process, under its fingerprint."""
+    index: dict               # what the cache stores beside the object code
+    library: object           # Numba's code library holding it
+    address: int              # of the entry point
+    call: object = None       # its ``@njit`` entry point called by symbol, once made
+
+
+loaded: dict = {}             # fingerprint -> Machine: each key's code is loaded once
+# fingerprints whose machine code is saved: later builds may call their
+# derivatives (a later process loads them first)
+durable: set = set()
+unloadable: set = set()       # entries that failed to load: their keys are not used again
+
+# what ties machine code to this process: addresses of Python objects, Numba's
+# per-function environments (Numba declares environments its code never uses:
+# this is checked on the optimized module)
+_PROCESS_BOUND = re.compile(r"inttoptr \(i64 -?[1-9]|NumbaEnv")
+# Numba's constant for a dispatcher passed as a value: its address, in a global
+_DISPATCHER_GLOBAL = re.compile(r'^@"?(numba\.dynamic\.globals\.[0-9a-f]+)"? = .*'
+                                r'inttoptr \(i64 (\d+) to ptr\)', re.M)
+
+
+def relocations(text, fp):
+    """({global: walk position of the dispatcher whose address it holds},
+    whether anything else ties the code to this process)."""
+    position = {id(d): i for i, d in enumerate(fp.dispatchers)}
+    found = {}
+    for m in _DISPATCHER_GLOBAL.finditer(text):
+        if int(m.group(2)) not in position:
+            return {}, True
+        found[m.group(1)] = position[int(m.group(2))]
+    rest = _DISPATCHER_GLOBAL.sub("", text) if found else text
+    return found, bool(_PROCESS_BOUND.search(rest))
+
+
+def register(key, index, library, address) -> Machine:
+    """A derivative just built under ``key``."""
+    loaded[key] = Machine(index, library, address)
+    return loaded[key]
+
+
+def find(fp, codegen):
+    """(Machine, 'reused' or 'loaded') for the fingerprint, or (None, '')."""
+    machine = loaded.get(fp.key)
+    if machine is not None:
+        return machine, "reused"
+    machine = _load(fp.key, codegen)
+    if machine is None:
+        return None, ""
+    engine = machine.library.codegen._engine
+    for symbol, position in machine.index["relocations"].items():
+        if not engine.is_symbol_defined(symbol):
+            raise RuntimeError(f"the cached derivative {fp.key} lacks its global {symbol}")
+        address = engine._ee.get_global_value_address(symbol)
+        ctypes.c_void_p.from_address(address).value = id(fp.dispatchers[position])
+    return machine, "loaded"
+
+
+def save(key, machine, depends) -> bool:
+    """Write a derivative built in this process (its index complete but for
+    what this adds: object digest, dependencies)."""
+    payload = machine.library.serialize_using_object_code()
+    index = machine.index
+    index["object_digest"] = _object_digest(payload)
+    index["depends"] = {dep: loaded[dep].index["object_digest"] for dep in depends}
+    if not write(key, index, payload):
+        return False
+    if not index["relocations"]:       # (only a loader knowing its dispatchers relocates it)
+        durable.add(key)
+    return True
+
+
+def _object_digest(payload) -> str:
+    return hashlib.sha256(payload[2][0]).hexdigest()
+
+
+def _load(key, codegen, depth=0):
+    """The Machine of a saved derivative, loaded after the saved derivatives
+    it calls; None if any is missing, stale or unloadable."""
+    stored = read(key)
+    if stored is None or depth > 50:
+        return None
+    index, payload = stored
+    if not fingerprint.files_unchanged(index["files"]) or \
+            _object_digest(payload) != index["object_digest"]:
+        return None
+    if depth and index["relocations"]:
+        return None          # (relocated by the build that needs it, not as a dependency)
+    for dep, digest in index["depends"].items():
+        found = loaded.get(dep) or _load(dep, codegen, depth + 1)
+        if found is None or found.index["object_digest"] != digest:
+            return None
+    # Numba compiles its runtime (NRT_decref, ...) before its first compile;
+    # a process that has compiled nothing yet needs it now
+    rtsys.initialize(cpu_target.target_context)
+    try:
+        library = codegen.unserialize_library(payload)
+        address = library.get_pointer_to_function(index["entry_name"])
+    except Exception as exc:      # noqa: BLE001 (an entry that does not load is rebuilt)
+        log.warning("enzpy: cache entry %s cannot be loaded (%s); rebuilding it", key, exc)
+        unloadable.add(key)
+        return None
+    if not address:
+        unloadable.add(key)
+        return None
+    loaded[key] = Machine(index, library, address)
+    if not index["relocations"]:
+        durable.add(key)
+    STATS.loaded += 1
+    return loaded[key]

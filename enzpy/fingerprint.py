@@ -1,0 +1,343 @@
+"""Fingerprints: what a derivative depends on, as a hash a later process recomputes.
+
+A derivative depends on the code of the function and of everything it calls,
+on the values Numba froze into that code (globals, closure variables, default
+arguments), on the argument types, activities and mode, on the custom rules
+registered, and on the versions of enzpy, Numba, llvmlite and NumPy and the
+CPU. ``derivative_key`` walks the function's code objects and, through the
+names they use, its globals and closures, recursively (other ``@njit``
+functions, plain functions, user modules' attributes, jitclasses); code that
+lives in an installed library (NumPy, Numba, the standard library) is named,
+not walked: the versions cover it.
+
+Some callees are not reachable by name (an ``@overload`` implementation, a
+function passed through a container): the build records the source files of
+every Numba function it lowered that the walk did not cover, with a hash of
+their contents, and a cached entry is only used while those files are
+unchanged (``files_unchanged``). A value enzpy cannot fingerprint (an object
+whose ``repr`` is its address) makes the derivative uncacheable
+(``NotCacheable``), never wrongly cached.
+"""
+from __future__ import annotations
+
+import builtins
+import enum
+import hashlib
+import os
+import re
+import sys
+import sysconfig
+import types as pytypes
+
+import llvmlite
+import numba
+import numpy as np
+from numba import types
+from numba.core.dispatcher import Dispatcher
+from numba.core.registry import cpu_target
+
+FORMAT = 1
+
+
+class NotCacheable(Exception):
+    """The derivative depends on something enzpy cannot fingerprint."""
+
+
+def _real(path) -> str:
+    return os.path.realpath(path)
+
+
+_ENZPY_DIR = os.path.dirname(_real(__file__))
+# code whose every change comes with a new version in the key
+_VERSIONED_DIRS = (os.path.dirname(_real(numba.__file__)) + os.sep, _ENZPY_DIR + os.sep)
+_LIBRARY_DIRS = tuple(sorted({_real(p) for p in (
+    sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+    sysconfig.get_paths()["platlib"], os.path.dirname(os.path.dirname(numba.__file__)),
+    os.path.dirname(os.path.dirname(np.__file__)), _ENZPY_DIR)}))
+_library_files: dict = {}
+
+
+def is_library_file(filename: str) -> bool:
+    """Code enzpy names instead of walking: installed libraries and enzpy itself."""
+    found = _library_files.get(filename)
+    if found is None:
+        found = os.path.isabs(filename) and _real(filename).startswith(_LIBRARY_DIRS)
+        _library_files[filename] = found
+    return found
+
+
+def generated_by_enzpy(fn):
+    """Mark a function enzpy generates from what the key covers (the glue of a
+    custom rule): a build lowering it needs no source file for it."""
+    fn._enzpy_generated = True
+    return fn
+
+
+def _named_in_library(v) -> bool:
+    """An object an installed library defines and names (its version covers it)."""
+    module = sys.modules.get(getattr(v, "__module__", None) or "")
+    path = getattr(module, "__file__", None)
+    return bool(path) and is_library_file(path) and bool(
+        getattr(v, "__qualname__", None) or getattr(v, "__name__", None))
+
+
+_ADDRESS = re.compile(r"(?: at )?0x[0-9a-fA-F]+|#[0-9a-fA-F]{6,}")
+
+
+class Fingerprint:
+    """A running hash of what a derivative depends on; ``codes`` holds the
+    code objects walked (the callees it covers)."""
+
+    def __init__(self):
+        self._hash = hashlib.sha256()
+        self.codes: set = set()
+        self._seen: set = set()
+        # the dispatchers met, in walk order (the same in every process for one
+        # key): a derivative holding a dispatcher's address is relocated by it
+        self.dispatchers: list = []
+        self._dispatcher_ids: set = set()
+
+    @property
+    def key(self) -> str:
+        return self._hash.hexdigest()
+
+    def add(self, *parts):
+        for part in parts:
+            self._hash.update(repr(part).encode())
+            self._hash.update(b"\0")
+
+    def _once(self, obj) -> bool:
+        """True the first time ``obj`` is met (a later meeting adds a back reference)."""
+        if id(obj) in self._seen:
+            self.add("seen", getattr(obj, "__qualname__", type(obj).__name__))
+            return False
+        self._seen.add(id(obj))
+        return True
+
+    # -- code ---------------------------------------------------------------------
+    def function(self, fn):
+        code = fn.__code__
+        if is_library_file(code.co_filename):
+            self.add("library function", fn.__module__, fn.__qualname__)
+            return
+        if not self._once(fn):
+            return
+        self.add("function", fn.__qualname__)
+        names = self._code(code)
+        for value in fn.__defaults__ or ():
+            self.value(value, names)
+        for name, value in sorted((fn.__kwdefaults__ or {}).items()):
+            self.add(name)
+            self.value(value, names)
+        for cell in fn.__closure__ or ():
+            try:
+                contents = cell.cell_contents
+            except ValueError:
+                self.add("empty cell")
+                continue
+            self.value(contents, names)
+        for name in sorted(names):
+            if name in fn.__globals__:
+                self.add("global", name)
+                self.value(fn.__globals__[name], names, name)
+            elif hasattr(builtins, name):
+                self.add("builtin", name)
+
+    def _code(self, code) -> set:
+        """Hash a code object and those nested in it; returns every name they use."""
+        self.codes.add(code)
+        # (the name of generated code, "<string>", "<evaluator 3>", says nothing of it)
+        filename = "<generated>" if code.co_filename.startswith("<") else code.co_filename
+        self.add(code.co_code, code.co_names, code.co_varnames, code.co_freevars,
+                 code.co_cellvars, filename, code.co_firstlineno, code.co_argcount,
+                 code.co_kwonlyargcount, code.co_flags, code.co_linetable)
+        names = set(code.co_names)
+        for const in code.co_consts:
+            if isinstance(const, pytypes.CodeType):
+                names |= self._code(const)
+            elif isinstance(const, frozenset):       # set order varies between processes
+                self.add(sorted(map(repr, const)))
+            else:
+                self.add(const)
+        return names
+
+    # -- values Numba freezes into code ----------------------------------------------
+    def value(self, v, names=frozenset(), label="value"):
+        """Hash a global, closure variable or default value of user code;
+        ``names`` are the names that code uses (for a module's attributes)."""
+        if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
+            self.add(type(v).__name__, v)
+        elif isinstance(v, np.ndarray):
+            data = np.ascontiguousarray(v)
+            self.add("array", v.dtype.str, v.shape,
+                     hashlib.sha256(data.view(np.uint8).reshape(-1)).hexdigest())
+        elif isinstance(v, np.generic):
+            self.add("scalar", v.dtype.str, v.item())
+        elif isinstance(v, (tuple, list)):
+            self.add(type(v).__qualname__, len(v))
+            for item in v:
+                self.value(item, names, label)
+        elif isinstance(v, Dispatcher):
+            self.dispatcher(v)
+        elif isinstance(v, pytypes.FunctionType):
+            self.function(v)
+        elif isinstance(v, pytypes.ModuleType):
+            self._module(v, names)
+        elif isinstance(v, enum.Enum):
+            self.add("enum", type(v).__qualname__, v.name, v.value)
+        elif isinstance(v, types.Type):
+            self.numba_type(v)
+        elif isinstance(v, type):
+            self._class(v)
+        elif hasattr(v, "_defn") and isinstance(getattr(v, "_defn"), pytypes.FunctionType):
+            self.add("intrinsic")                      # numba.extending.intrinsic
+            self.function(v._defn)
+        elif _named_in_library(v):                      # np.linalg.norm, np.sin, ...
+            self.add("library object", type(v).__qualname__, v.__module__,
+                     getattr(v, "__qualname__", None) or v.__name__)
+        else:
+            text = repr(v)
+            if _ADDRESS.search(text):
+                raise NotCacheable(f"{label} is a {type(v).__name__} enzpy cannot "
+                                   f"fingerprint ({text[:60]})")
+            self.add(type(v).__module__, type(v).__qualname__, text)
+
+    def dispatcher(self, disp):
+        if id(disp) not in self._dispatcher_ids:
+            self._dispatcher_ids.add(id(disp))
+            self.dispatchers.append(disp)
+        self.add("dispatcher", type(disp).__name__, sorted(map(repr, disp.targetoptions.items())),
+                 sorted(map(repr, (disp.locals or {}).items())))
+        self.function(disp.py_func)
+
+    def _module(self, module, names):
+        """A module's attributes the code names (``np.pi``, ``mymodel.helper``)."""
+        self.add("module", module.__name__)
+        if not self._once(module):
+            return
+        for name in sorted(names):
+            if hasattr(module, name):
+                self.add("attribute", name)
+                self.value(getattr(module, name), names, f"{module.__name__}.{name}")
+
+    def _class(self, cls):
+        self.add("class", getattr(cls, "__module__", ""), cls.__qualname__)
+        class_type = getattr(cls, "class_type", None)
+        if isinstance(class_type, types.ClassType):    # a jitclass
+            self.jitclass(class_type)
+
+    def jitclass(self, class_type):
+        if not self._once(class_type):
+            return
+        self.add(sorted((k, str(v)) for k, v in class_type.struct.items()))
+        for name, method in sorted(class_type.jit_methods.items()):
+            self.add("method", name)
+            self.value(method)
+        for name, prop in sorted(class_type.jit_props.items()):
+            self.add("property", name, sorted(prop))
+            for part in sorted(prop):
+                self.value(prop[part])
+
+    def numba_type(self, ty):
+        """An argument's Numba type: its text, and the code of the functions
+        and jitclasses it carries."""
+        if isinstance(ty, types.Dispatcher):
+            self.dispatcher(ty.dispatcher)
+        elif isinstance(ty, types.ClassInstanceType):
+            self.jitclass(ty.class_type)
+        elif isinstance(ty, types.BaseTuple):
+            for item in ty:
+                self.numba_type(item)
+        elif isinstance(ty, (types.List, types.ListType)):
+            self.numba_type(ty.dtype)
+        self.add(_ADDRESS.sub("", str(ty)))
+
+
+# -- the key ---------------------------------------------------------------------------
+_enzpy_digest = None
+
+
+def _enzpy_source_digest() -> str:
+    global _enzpy_digest
+    if _enzpy_digest is None:
+        h = hashlib.sha256()
+        for folder, dirs, files in os.walk(_ENZPY_DIR):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    with open(os.path.join(folder, name), "rb") as fh:
+                        h.update(name.encode() + b"\0" + fh.read())
+        _enzpy_digest = h.hexdigest()
+    return _enzpy_digest
+
+
+def environment() -> tuple:
+    """What the machine code depends on beside the program: versions and the CPU."""
+    return (FORMAT, _enzpy_source_digest(), numba.__version__, llvmlite.__version__,
+            np.__version__, sys.version, cpu_target.target_context.codegen().magic_tuple(),
+            repr(numba.config.OPT), numba.config.BOUNDSCHECK)
+
+
+def derivative_key(disp, signature, mode, rules) -> Fingerprint:
+    """The fingerprint of ``disp``'s derivative for ``signature`` (annotation,
+    type, shadow type per argument) in ``mode``; ``rules`` maps the user's
+    functions to their registered rules."""
+    fp = Fingerprint()
+    fp.add(environment(), mode)
+    fp.dispatcher(disp)
+    for kind, ty, shadow in signature:
+        fp.add(kind)
+        fp.numba_type(ty)
+        if shadow is not None:
+            fp.numba_type(shadow)
+    for fn, spec in sorted(rules.items(), key=lambda item: (item[0].__module__,
+                                                             item[0].__qualname__)):
+        fp.add("rule", spec.inactive)
+        fp.function(fn)
+        for rule in (spec.fwd, spec.bwd, spec.jvp):
+            fp.value(rule)
+    return fp
+
+
+# -- callees the walk did not reach ----------------------------------------------------
+def uncovered_files(fp, lowered) -> dict:
+    """{source file: content hash} of the Numba functions a build lowered that
+    the fingerprint's walk did not cover (an installed package's included:
+    only Numba's and enzpy's own come with a version in the key); raises
+    NotCacheable for one that has no source file."""
+    files = {}
+    for low in lowered.values():
+        fn = getattr(low.dispatcher, "py_func", None)
+        code = getattr(fn, "__code__", None)
+        if code is None or code in fp.codes or getattr(fn, "_enzpy_generated", False) or \
+                _real(code.co_filename).startswith(_VERSIONED_DIRS):
+            continue
+        path = code.co_filename
+        if not os.path.isfile(path):
+            raise NotCacheable(f"'{fn.__qualname__}' is generated code ({path}) that "
+                               f"enzpy cannot trace back to a source file")
+        files[path] = file_digest(path)
+    return files
+
+
+_file_digests: dict = {}
+
+
+def file_digest(path) -> str:
+    stat = os.stat(path)
+    stamp = (path, stat.st_mtime_ns, stat.st_size)
+    found = _file_digests.get(stamp)
+    if found is None:
+        with open(path, "rb") as fh:
+            found = _file_digests[stamp] = hashlib.sha256(fh.read()).hexdigest()
+    return found
+
+
+def files_unchanged(files: dict) -> bool:
+    for path, digest in files.items():
+        try:
+            if file_digest(path) != digest:
+                return False
+        except OSError:
+            return False
+    return True

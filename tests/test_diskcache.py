@@ -1,0 +1,529 @@
+"""The persistent derivative cache: a later process loads what an earlier one
+built, and anything the derivative depends on changing means a rebuild.
+
+Loading runs in fresh subprocesses (a process loads a key's machine code
+once); each works in its own cache folder and on a user module written to a
+temporary folder, so the tests can edit its source.
+"""
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+from numba import njit
+
+import enzpy
+from enzpy import Active, Const, Duplicated, Reverse, autodiff, diskcache, fingerprint
+from enzpy.pipeline import typed_signature
+
+MODEL = '''
+import math
+import numpy as np
+from numba import njit
+from helper import scale
+
+SHIFT = {shift}
+
+
+@njit
+def inner(v):
+    return math.sin(v) * v + SHIFT
+
+
+@njit
+def f(x, a):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += inner(x[i]) * scale(a)
+    return s
+'''
+
+# ``scale`` is an @overload: Numba reaches its implementation, but no name in
+# the model's code does; the build records helper.py's contents instead.
+HELPER = '''
+from numba.extending import overload
+
+
+def scale(a):
+    return a
+
+
+@overload(scale)
+def _scale(a):
+    def impl(a):
+        return {scale_body}
+    return impl
+'''
+
+RUN = '''
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import enzpy
+from enzpy import Active, Duplicated, Forward, Reverse, autodiff
+import model
+
+x = np.linspace(0.1, 1.0, 5)
+dx = np.zeros(5)
+(grads,) = autodiff(Reverse, model.f, Duplicated(x, dx), Active(2.0))
+report = enzpy.build_report(model.f)[-1]
+(tangent,) = autodiff(Forward, model.f, Duplicated(x, np.ones(5)), 2.0)
+forward = enzpy.build_report(model.f)[-1]
+print(json.dumps({"dx": dx.tolist(), "da": grads[1], "cache": report.cache,
+                  "stages": sorted(report.timings), "tangent": tangent,
+                  "forward_cache": forward.cache, "info": {
+                      k: v for k, v in enzpy.cache_info().items() if k in ("loaded", "saved")}}))
+'''
+
+
+def _write(folder, shift="0.5", scale_body="2.0 * a"):
+    (folder / "model.py").write_text(MODEL.format(shift=shift))
+    (folder / "helper.py").write_text(HELPER.format(scale_body=scale_body))
+
+
+@pytest.fixture
+def project(tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    _write(code)
+    (tmp_path / "run.py").write_text(RUN)
+    return tmp_path
+
+
+def _run(project, cache=None, **env):
+    environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
+                       ENZPY_CACHE_DIR=str(cache or project / "cache"), **env)
+    done = subprocess.run([sys.executable, str(project / "run.py"), str(project / "code")],
+                          capture_output=True, text=True, env=environment, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _expected(shift=0.5, factor=2.0, a=2.0):
+    x = np.linspace(0.1, 1.0, 5)
+    dx = (np.cos(x) * x + np.sin(x)) * factor * a
+    da = float(np.sum(np.sin(x) * x + shift) * factor)
+    return dx, da
+
+
+def _check(result, shift=0.5, factor=2.0):
+    dx, da = _expected(shift, factor)
+    np.testing.assert_allclose(result["dx"], dx, rtol=1e-12)
+    assert result["da"] == pytest.approx(da, rel=1e-12)
+    assert result["tangent"] == pytest.approx(float(np.sum(dx)), rel=1e-12)
+
+
+def _entries(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".enzpy"))
+
+
+def test_a_later_process_loads_instead_of_building(project):
+    first = _run(project)
+    _check(first)
+    assert first["cache"] == "stored" and first["forward_cache"] == "stored"
+    assert "numba_compile" in first["stages"]
+    second = _run(project)
+    _check(second)
+    assert second["cache"] == "loaded" and second["forward_cache"] == "loaded"
+    # no Numba lowering, no transformation, no LLVM
+    assert second["stages"] == ["cache_lookup", "wrap"]
+    assert second["info"] == {"loaded": 2, "saved": 0}
+    folder = project / "cache"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert len(_entries(folder)) == 2
+    for name in _entries(folder):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600
+
+
+def test_editing_the_function_or_a_callee_rebuilds(project):
+    _check(_run(project))
+    _write(project / "code", shift="1.5")                 # the model's own file
+    changed = _run(project)
+    assert changed["cache"] == "stored"
+    _check(changed, shift=1.5)
+    _write(project / "code", shift="1.5", scale_body="3.0 * a")   # a callee in another file
+    changed = _run(project)
+    assert changed["cache"] == "stored"
+    _check(changed, shift=1.5, factor=3.0)
+    again = _run(project)
+    assert again["cache"] == "loaded"
+    _check(again, shift=1.5, factor=3.0)
+
+
+def test_corrupted_or_truncated_entries_are_rebuilt_never_loaded(project):
+    _run(project)
+    folder = project / "cache"
+    names = _entries(folder)
+    data = (folder / names[0]).read_bytes()
+    (folder / names[0]).write_bytes(data[:len(data) // 2])             # truncated
+    flipped = bytearray((folder / names[1]).read_bytes())
+    flipped[-100] ^= 0xFF                                              # corrupted
+    (folder / names[1]).write_bytes(bytes(flipped))
+    result = _run(project)
+    _check(result)
+    assert result["cache"] == "stored" and result["forward_cache"] == "stored"
+    assert _run(project)["cache"] == "loaded"
+
+
+def test_concurrent_writers_leave_one_valid_entry(project):
+    environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
+                       ENZPY_CACHE_DIR=str(project / "cache"))
+    runs = [subprocess.Popen([sys.executable, str(project / "run.py"), str(project / "code")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=environment) for _ in range(4)]
+    for run in runs:
+        out, err = run.communicate(timeout=600)
+        assert run.returncode == 0, err[-3000:]
+        _check(json.loads(out.strip().splitlines()[-1]))
+    folder = project / "cache"
+    assert len(_entries(folder)) == 2
+    assert sorted(os.listdir(folder)) == _entries(folder)          # no temporary files left
+    result = _run(project)
+    assert result["cache"] == "loaded"
+    _check(result)
+
+
+def test_disabled_cache_writes_nothing(project):
+    result = _run(project, ENZPY_CACHE="0")
+    _check(result)
+    assert result["cache"] == "off"
+    assert not (project / "cache").exists()
+
+
+def test_a_folder_that_cannot_be_created_only_disables_caching(project, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
+                       ENZPY_CACHE_DIR=str(blocker / "cache"), PYTHONWARNINGS="always")
+    done = subprocess.run([sys.executable, str(project / "run.py"), str(project / "code")],
+                          capture_output=True, text=True, env=environment, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _check(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert done.stderr.count("CacheWarning") == 1, done.stderr
+
+
+def test_entries_and_folders_others_could_write_are_ignored(project):
+    _run(project)
+    folder = project / "cache"
+    for name in _entries(folder):
+        os.chmod(folder / name, 0o666)
+    result = _run(project)
+    assert result["cache"] == "stored"          # rebuilt, and written back privately
+    _check(result)
+    for name in _entries(folder):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600
+    os.chmod(folder, 0o777)
+    try:
+        result = _run(project)
+    finally:
+        os.chmod(folder, 0o700)
+    assert result["cache"] == "not cached: the cache folder cannot be used"
+    _check(result)
+
+
+# -- in-process checks ---------------------------------------------------------------
+@njit
+def _square_sum(x):
+    return np.sum(x * x)
+
+
+def test_read_only_folder_warns_once_and_still_differentiates(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENZPY_CACHE_DIR", str(tmp_path / "ro"))
+    monkeypatch.setattr(diskcache, "_warned", set())
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(diskcache.tempfile, "mkstemp", refuse)
+
+    @njit
+    def g(x):
+        return np.sum(np.sin(x))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (3, 4):                          # two builds: one warning
+            x = np.linspace(0, 1, n).reshape(n, 1) if n == 4 else np.linspace(0, 1, n)
+            dx = np.zeros_like(x)
+            autodiff(Reverse, g, Duplicated(x, dx))
+            np.testing.assert_allclose(dx, np.cos(x))
+    assert [type(w.message) for w in caught].count(diskcache.CacheWarning) == 1
+
+
+def test_an_entry_owned_by_another_user_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENZPY_CACHE_DIR", str(tmp_path))
+    diskcache.write("k" * 64, {"x": 1}, b"payload")
+    assert diskcache.read("k" * 64) == ({"x": 1}, b"payload")
+    if hasattr(os, "getuid"):
+        uid = os.getuid()
+        monkeypatch.setattr(os, "getuid", lambda: uid + 1)
+        monkeypatch.setattr(diskcache, "_warned", set())
+        with pytest.warns(diskcache.CacheWarning, match="another user"):
+            assert diskcache.read("k" * 64) is None
+
+
+def test_cache_clear_removes_every_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENZPY_CACHE_DIR", str(tmp_path))
+    for key in ("a" * 64, "b" * 64):
+        diskcache.write(key, {}, b"")
+    assert enzpy.cache_clear() == 2
+    assert _entries(tmp_path) == []
+    assert diskcache.read("a" * 64) is None
+
+
+def _key(f, *annotated, mode="reverse"):
+    return fingerprint.derivative_key(f, typed_signature(list(annotated)), mode,
+                                      enzpy.userrules.registered()).key
+
+
+def test_the_key_covers_types_activity_mode_and_environment(monkeypatch):
+    x = np.ones(3)
+    base = _key(_square_sum, Duplicated(x, x))
+    assert base == _key(_square_sum, Duplicated(x, x))
+    assert base != _key(_square_sum, Duplicated(x.astype(np.float32), x.astype(np.float32)))
+    assert base != _key(_square_sum, Const(x))
+    assert base != _key(_square_sum, Duplicated(x, x), mode="forward")
+    assert base != _key(_square_sum, Duplicated(x[::2], x[::2].copy()))
+    environment = fingerprint.environment()
+    monkeypatch.setattr(fingerprint, "environment", lambda: environment + ("numba 99",))
+    assert base != _key(_square_sum, Duplicated(x, x))
+
+
+def test_the_key_covers_frozen_globals_closures_and_rules():
+    def make(c):
+        @njit
+        def h(v):
+            return v * c
+        return h
+
+    assert _key(make(2.0), Active(1.0)) != _key(make(3.0), Active(1.0))
+    assert _key(make(2.0), Active(1.0)) == _key(make(2.0), Active(1.0))
+
+    @njit
+    def target(v):
+        return v * v
+
+    before = _key(target, Active(1.0))
+    enzpy.defvjp(target, njit(lambda v: (v * v, v)), njit(lambda r, g: (2.0 * r * g,)))
+    try:
+        assert _key(target, Active(1.0)) != before
+    finally:
+        enzpy.clear_rules(target)
+    assert _key(target, Active(1.0)) == before
+
+
+def test_what_cannot_be_fingerprinted_is_built_and_not_cached(tmp_path, monkeypatch):
+    class Opaque:
+        pass
+
+    with pytest.raises(fingerprint.NotCacheable, match="Opaque"):
+        fingerprint.Fingerprint().value(Opaque())
+    monkeypatch.setenv("ENZPY_CACHE_DIR", str(tmp_path))
+
+    def refuse(*args):
+        raise fingerprint.NotCacheable("a global is an Opaque")
+
+    monkeypatch.setattr(fingerprint, "derivative_key", refuse)
+
+    @njit
+    def g(x):
+        return np.sum(x ** 3)
+
+    x = np.linspace(0, 1, 4)
+    dx = np.zeros_like(x)
+    autodiff(Reverse, g, Duplicated(x, dx))
+    np.testing.assert_allclose(dx, 3 * x ** 2)
+    assert enzpy.build_report(g)[-1].cache == "not cached: a global is an Opaque"
+    assert _entries(tmp_path) == []
+
+
+def test_a_derivative_reusing_an_earlier_one_loads_after_it(tmp_path):
+    """``second``'s build calls ``first``'s derivative of ``leaf``: a later
+    process loads ``first``'s machine code before ``second``'s."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "pair.py").write_text(textwrap.dedent('''
+        import math
+        from numba import njit
+
+        @njit
+        def leaf(v):
+            return math.exp(v) * v
+
+        @njit
+        def first(v):
+            return leaf(v) + 1.0
+
+        @njit
+        def second(v):
+            return 2.0 * leaf(v)
+    '''))
+    script = tmp_path / "pair_run.py"
+    script.write_text(textwrap.dedent('''
+        import json, sys
+        sys.path.insert(0, sys.argv[1])
+        import enzpy, pair
+        from enzpy import Active, Reverse, autodiff
+        if sys.argv[2] == "both":
+            autodiff(Reverse, pair.first, Active(0.3))
+        ((d,),) = autodiff(Reverse, pair.second, Active(0.3))
+        print(json.dumps({"d": d, "cache": enzpy.build_report(pair.second)[-1].cache,
+                          "loaded": enzpy.cache_info()["loaded"]}))
+    '''))
+    environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
+                       ENZPY_CACHE_DIR=str(tmp_path / "cache"))
+
+    def run(which):
+        done = subprocess.run([sys.executable, str(script), str(code), which],
+                              capture_output=True, text=True, env=environment, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    want = 2.0 * (np.exp(0.3) * 0.3 + np.exp(0.3))
+    built = run("both")
+    assert built["d"] == pytest.approx(want, rel=1e-12) and built["cache"] == "stored"
+    loaded = run("second")
+    assert loaded["d"] == pytest.approx(want, rel=1e-12)
+    assert loaded["cache"] == "loaded" and loaded["loaded"] == 2       # first's, then second's
+    for name in _entries(tmp_path / "cache"):              # without first's entry: rebuilt
+        os.unlink(tmp_path / "cache" / name)
+        break
+    again = run("second")
+    assert again["d"] == pytest.approx(want, rel=1e-12)
+
+
+RELOCATED = '''
+import ctypes, json, sys
+import numpy as np
+from numba import njit
+import enzpy
+from enzpy import Duplicated, Reverse, autodiff, diskcache
+
+
+@njit
+def sq(v):
+    return v * v
+
+
+@njit
+def cube(v):
+    return v * v * v
+
+
+@njit
+def apply(op, v, n):
+    s = 0.0
+    for i in range(n):
+        s += op(v) / (i + 1.0)
+    return s
+
+
+@njit
+def pick(k, v, n):
+    if k == 0:
+        return apply(sq, v, n)
+    return apply(cube, v, n)
+
+
+@njit
+def f(x, k):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += pick(k, x[i], 3)
+    return s
+
+
+x = np.linspace(0.1, 1.0, 4)
+grads = []
+for k in (0, 1):
+    dx = np.zeros(4)
+    autodiff(Reverse, f, Duplicated(x, dx), k)
+    grads.append(dx.tolist())
+(machine,) = diskcache.loaded.values()
+engine = machine.library.codegen._engine
+held = sorted(ctypes.c_void_p.from_address(engine._ee.get_global_value_address(s)).value
+              for s in machine.index["relocations"])
+print(json.dumps({"grads": grads, "cache": enzpy.build_report(f)[-1].cache,
+                  "relocations": len(machine.index["relocations"]),
+                  "held_ours": held == sorted([id(sq), id(cube)])}))
+'''
+
+
+def test_dispatcher_addresses_in_a_derivative_are_relocated_when_loaded(tmp_path):
+    """A function passed as a value is an address in Numba's code: the entry
+    records which function each such address is, and the loading process
+    writes its own."""
+    script = tmp_path / "relocated.py"
+    script.write_text(RELOCATED)
+    environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
+                       ENZPY_CACHE_DIR=str(tmp_path / "cache"))
+    x = np.linspace(0.1, 1.0, 4)
+    want = [(2 * x * (1 + 1 / 2 + 1 / 3)).tolist(), (3 * x ** 2 * (1 + 1 / 2 + 1 / 3)).tolist()]
+    for expected_cache in ("stored", "loaded"):
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              env=environment, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result["cache"] == expected_cache
+        assert result["relocations"] == 2 and result["held_ours"]
+        np.testing.assert_allclose(result["grads"], want, rtol=1e-13)
+
+
+def test_generated_functions_differing_only_in_code_get_their_own_derivatives():
+    """Functions made by exec with look-alike names (``<enzpy-...>`` files, one
+    qualified name) are told apart by their code, never by their names."""
+    made = []
+    for constant in (2.0, 3.0):
+        namespace = {}
+        exec(compile(f"def f(x):\n    return {constant} * x * x\n", "<enzpy-generated-1>",
+                     "exec"), namespace)
+        made.append(njit(namespace["f"]))
+    assert _key(made[0], Active(1.0)) != _key(made[1], Active(1.0))
+    for constant, f in zip((2.0, 3.0), made):
+        ((d,),) = autodiff(Reverse, f, Active(0.5))
+        assert d == pytest.approx(2 * constant * 0.5)
+
+
+def test_a_saved_build_writes_again_what_an_unsaved_build_wrote(tmp_path, monkeypatch):
+    """A saved derivative must load alone in a later process: it does not call
+    the copy of a callee's derivative that an unsaved build wrote, it writes
+    its own (counted in ``rewritten``), and is saved."""
+    monkeypatch.setenv("ENZPY_CACHE_DIR", str(tmp_path))
+
+    @njit
+    def leaf(v):
+        return np.sin(v) * v
+
+    @njit
+    def first(x):
+        return leaf(x) + 1.0
+
+    @njit
+    def second(x):
+        return 2.0 * leaf(x)
+
+    monkeypatch.setenv("ENZPY_CACHE", "0")
+    assert autodiff(Reverse, first, Active(0.4))[0][0] == pytest.approx(
+        np.cos(0.4) * 0.4 + np.sin(0.4))
+    monkeypatch.setenv("ENZPY_CACHE", "1")
+    before = enzpy.cache_info()
+    assert autodiff(Reverse, second, Active(0.4))[0][0] == pytest.approx(
+        2 * (np.cos(0.4) * 0.4 + np.sin(0.4)))
+    after = enzpy.cache_info()
+    assert enzpy.build_report(second)[-1].cache == "stored"
+    assert after["rewritten"] == before["rewritten"] + 1
+    assert after["distinct_keys"] == before["distinct_keys"] + 1     # only second's own
+    assert after["derivative_functions"] == before["derivative_functions"] + 2
+
+    @njit
+    def third(x):
+        return leaf(x) - x
+
+    autodiff(Reverse, third, Active(0.4))             # calls second's saved copy
+    assert enzpy.cache_info()["rewritten"] == after["rewritten"]
+    assert enzpy.build_report(third)[-1].derivative_functions == 2   # its own, leaf's reused
