@@ -218,15 +218,20 @@ _DISPATCHER_GLOBAL = re.compile(r'^@"?(numba\.dynamic\.globals\.[0-9a-f]+)"? = .
 
 def relocations(text, fp):
     """({global: walk position of the dispatcher whose address it holds},
-    whether anything else ties the code to this process)."""
+    the first line tying the code to this process otherwise, or '')."""
     position = {id(d): i for i, d in enumerate(fp.dispatchers)}
     found = {}
     for m in _DISPATCHER_GLOBAL.finditer(text):
         if int(m.group(2)) not in position:
-            return {}, True
+            return {}, m.group(0)
         found[m.group(1)] = position[int(m.group(2))]
     rest = _DISPATCHER_GLOBAL.sub("", text) if found else text
-    return found, bool(_PROCESS_BOUND.search(rest))
+    bound = _PROCESS_BOUND.search(rest)
+    if bound is None:
+        return found, ""
+    start = rest.rfind("\n", 0, bound.start()) + 1
+    end = rest.find("\n", bound.end())
+    return found, rest[start:end if end >= 0 else len(rest)].strip()
 
 
 def register(key, index, library, address) -> Machine:

@@ -172,8 +172,10 @@ _FLOAT_NAMES = {64: "double", 32: "float"}
 
 
 def data_pointer_types(ctx, argtypes, restype) -> dict:
-    """LLVM parameter index -> element type, for float arrays' data pointers;
-    index 0 (the return pointer) when the result holds arrays of one float type."""
+    """LLVM parameter index -> what the memory it points to holds: a float
+    type for float arrays' data, ``'int'`` for integer and boolean arrays' data
+    and strings' characters; index 0 (the return pointer) when the result
+    holds arrays of one float type."""
     table, index = {}, 2          # after retptr and excinfo
     returned = {_FLOAT_NAMES.get(t.dtype.bitwidth) for t in _array_leaves(restype)
                 if isinstance(t.dtype, types.Float)}
@@ -182,6 +184,11 @@ def data_pointer_types(ctx, argtypes, restype) -> dict:
     for ty in argtypes:
         if isinstance(ty, types.Array) and isinstance(ty.dtype, types.Float):
             table[index + 4] = _FLOAT_NAMES[ty.dtype.bitwidth]
+        elif isinstance(ty, types.Array) and isinstance(ty.dtype, (types.Integer,
+                                                                   types.Boolean)):
+            table[index + 4] = "int"
+        elif isinstance(ty, types.UnicodeType):
+            table[index] = "int"          # the characters (the model's first field)
         index += len(ctx.get_arg_packer([ty]).argument_types)
     return table
 

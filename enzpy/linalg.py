@@ -236,7 +236,7 @@ def _svd_bwd(res, g):
     inner = (f * (ut_gu - ut_gu.T)) * s.reshape(1, k) + np.diag(gs) + \
         s.reshape(k, 1) * (f * (vt_gv - vt_gv.T))
     abar = u @ inner @ v.T
-    inv_s = 1.0 / s
+    inv_s = np.ones_like(s) / s          # (1.0 / s would be float64 for float32 s)
     abar += (gu - u @ ut_gu) * inv_s.reshape(1, k) @ v.T
     abar += u @ ((gv - v @ vt_gv) * inv_s.reshape(1, k)).T
     return abar, None

@@ -23,8 +23,10 @@ _METADATA = __import__("re").compile(r",\s*!\w+\s+!\d+")
 
 # Calls that receive a pointer to copied memory without reading its content as
 # data: reference counts, a meminfo's data pointer, lifetime markers.
+# (A varsize (re)allocation or free moves or drops the bytes, whatever they hold.)
 _OPAQUE_SAFE = __import__("re").compile(
-    r"^(NRT_(incref|decref|MemInfo_data_fast|MemInfo_data)|llvm\.(lifetime|assume))")
+    r"^(NRT_(incref|decref|MemInfo_data_fast|MemInfo_data|MemInfo_varsize_(alloc|realloc|free))"
+    r"|llvm\.(lifetime|assume))")
 
 
 # Calls that write no memory a memset could have initialized.
@@ -212,7 +214,8 @@ class ShadowMemory:
         the types of the arrays received as arguments or passed to calls there;
         memory holding both pointers and floats, or whose content is unknown,
         is refused."""
-        roots = {self._root(a)[:2] for a in ins.args[:2] if a.type == "ptr"}
+        roots = self._merged_roots({self._root(a)[:2] for a in ins.args[:2]
+                                    if a.type == "ptr"})
         copies = [other for b in self.fn.blocks for other in b.instructions
                   if other.opcode == "call"
                   and other.callee.startswith(("llvm.memcpy", "llvm.memmove", "llvm.memset"))]
@@ -223,7 +226,7 @@ class ShadowMemory:
             for other in copies:
                 touched = {self._root(a)[:2] for a in other.args[:2] if a.type == "ptr"}
                 if touched & roots and not touched <= roots:
-                    roots |= touched
+                    roots |= self._merged_roots(touched)
                     grown = True
         found, unknown = set(), False
         for b in self.fn.blocks:
@@ -254,6 +257,8 @@ class ShadowMemory:
             elif kind == "inst" and self.fn.defs[name].opcode == "alloca":
                 source = self.fn.defs[name].source_type
                 found |= {_scalar_kind(t) for t in _leaf_types(source)}
+            elif kind == "inst" and self.fn.defs[name].opcode in ("phi", "select"):
+                continue                # its sources are roots too (_merged_roots)
             elif kind == "inst" and self.fn.defs[name].opcode == "load":
                 element = self._returned_element(self.fn.defs[name])
                 found.add(element)
@@ -271,6 +276,24 @@ class ShadowMemory:
         if unknown:
             raise UnsupportedError(f"cannot tell what `{ins.text}` copies{self._where(ins)}")
         return None
+
+    def _merged_roots(self, roots) -> set:
+        """``roots`` with the roots of what each phi or select among them picks
+        from (a pointer that is null or an allocation on different paths, as a
+        set's table is): the memory is any of them. A null source is no memory."""
+        merged, todo = set(), list(roots)
+        while todo:
+            root = todo.pop()
+            if root in merged:
+                continue
+            merged.add(root)
+            kind, name = root
+            ins = self.fn.defs.get(name) if kind == "inst" else None
+            if ins is not None and ins.opcode in ("phi", "select"):
+                sources = [v for v, _ in ins.incoming] if ins.opcode == "phi" \
+                    else ins.operands[1:]
+                todo += [self._root(v)[:2] for v in sources if v.ref != "null"]
+        return merged
 
     def _returned_element(self, load):
         """The float type of an array a call returned (its data pointer ``load``

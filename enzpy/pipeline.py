@@ -333,7 +333,8 @@ class Build:
         with self.stage("cache_store"):
             if self.process_bound:
                 self.report.cache = ("not cached: the derivative refers to objects of this "
-                                     "process (dynamic addresses or Numba environments)")
+                                     "process (dynamic addresses or Numba environments): "
+                                     + self.process_bound[:300])
                 return
             try:
                 index["files"] = fingerprint.uncovered_files(self.fingerprint,

@@ -312,12 +312,34 @@ def _laid_out_like(ref, x):
     ``ref``: derivative code addresses a shadow with its primal's strides."""
 
 
-def _tuple_impl(name, n, *args):
-    items = ", ".join(f"{name}({', '.join(f'{a}[{i}]' for a in args)})" for i in range(n))
-    namespace = {"_zero_shadow": _zero_shadow, "_laid_out_like": _laid_out_like}
-    exec(compile(f"def impl({', '.join(args)}):\n    return ({items},)\n",
+def _cotangent(shadow, gs, has_g):
+    """The cotangent of a rule's result: its arrays are the shadow arrays the
+    call's box kept (the caller's shadow slot of the result is overwritten by
+    later calls, in a loop), its floats the caller's adjoints ``gs`` (the
+    box's zeros when ``has_g`` is false)."""
+
+
+def _tuple_impl(name, n, *args, whole=()):
+    """``name`` applied to the items of tuple arguments ``args`` (the
+    arguments ``whole`` passed as they are)."""
+    items = ", ".join(f"{name}({', '.join([f'{a}[{i}]' for a in args] + list(whole))})"
+                      for i in range(n))
+    namespace = {"_zero_shadow": _zero_shadow, "_laid_out_like": _laid_out_like,
+                 "_cotangent": _cotangent}
+    exec(compile(f"def impl({', '.join(args + whole)}):\n    return ({items},)\n",
                  "<enzpy tuple rule>", "exec"), namespace)
     return fingerprint.generated_by_enzpy(namespace["impl"])
+
+
+@numba.extending.overload(_cotangent)
+def _ol_cotangent(shadow, gs, has_g):
+    if isinstance(shadow, types.Array):
+        return lambda shadow, gs, has_g: shadow
+    if isinstance(shadow, (types.Float, types.Integer)):
+        return lambda shadow, gs, has_g: gs if has_g else shadow
+    if isinstance(shadow, types.BaseTuple):
+        return _tuple_impl("_cotangent", len(shadow), "shadow", "gs", whole=("has_g",))
+    return None
 
 
 @numba.extending.overload(_zero_shadow)
@@ -387,7 +409,7 @@ def _reverse_glue(glue):
                         f"returns {glue.restype}")
     box_type = _BoxType([("res", res_type), ("out", out_type), ("shadow", out_type)])
     namespace = {"fwd": spec.fwd, "bwd": spec.bwd, "np": np, "new": structref.new,
-                 "Box": box_type, "_zero_shadow": _zero_shadow}
+                 "Box": box_type, "_zero_shadow": _zero_shadow, "_cotangent": _cotangent}
     aug_source = (f"def aug({xs}):\n"
                   f"    out, res = fwd({xs})\n"
                   f"    box = new(Box)\n    box.res = res\n    box.out = out\n"
@@ -403,7 +425,7 @@ def _reverse_glue(glue):
     floats = [i for i, k in enumerate(glue.kinds) if k == "float"]
     lines = [f"def rev(box, gs, has_g{''.join(f', s{i}' for i in arrays)}"
              f"{''.join(f', h{i}' for i in arrays)}):",
-             "    g = gs if has_g else box.shadow",
+             "    g = _cotangent(box.shadow, gs, has_g)",
              "    cts = bwd(box.res, g)"]
     for i in range(n):
         ct = cts[i]

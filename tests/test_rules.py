@@ -284,6 +284,81 @@ def test_rule_with_array_arguments_and_results():
         clear_rules(scaled_softmax)
 
 
+# -- a rule returning an array, called in a loop ---------------------------------------------
+@njit
+def half_square(x):
+    return 0.5 * x * x
+
+
+@njit
+def _half_square_fwd(x):
+    return 0.5 * x * x, x.copy()
+
+
+@njit
+def _half_square_bwd(x, g):
+    return (x * g,)
+
+
+@njit
+def _half_square_pair(x):
+    return half_square(x), np.sum(x)
+
+
+@njit
+def _half_square_pair_fwd(x):
+    return (0.5 * x * x, np.sum(x)), x.copy()
+
+
+@njit
+def _half_square_pair_bwd(x, g):
+    return (x * g[0] + g[1],)
+
+
+@njit
+def iterate_rule(w, n):
+    x = np.array([1.0, 2.0]) * w
+    for _ in range(n):
+        x = half_square(x)          # the result replaces the loop variable
+    return x[0] + x[1]
+
+
+@njit
+def accumulate_rule(w, n):
+    x = np.array([1.0, 2.0]) * w
+    s = 0.0
+    for i in range(n):
+        s += np.sum(half_square(x * (i + 1.0)))
+    return s
+
+
+@njit
+def accumulate_pair_rule(w, n):
+    x = np.array([1.0, 2.0]) * w
+    s = 0.0
+    for i in range(n):
+        a, b = _half_square_pair(x * (i + 1.0))
+        s += np.sum(a) * b
+    return s
+
+
+def test_rule_returning_an_array_in_a_loop():
+    # Each call's reverse must use that call's own result shadow: the caller's
+    # slot for it is overwritten by the next iteration (this once read the last
+    # call's freed shadow: a wrong derivative or a corrupted heap).
+    defvjp(half_square, _half_square_fwd, _half_square_bwd)
+    defvjp(_half_square_pair, _half_square_pair_fwd, _half_square_pair_bwd)
+    try:
+        for f in (iterate_rule, accumulate_rule, accumulate_pair_rule):
+            for n in (0, 1, 3):
+                ((dw, _),) = autodiff(Reverse, f, Active(0.9), Const(n))
+                want = fd(lambda w: f.py_func(w, n), 0.9)
+                assert dw == pytest.approx(want, rel=1e-6, abs=1e-9), (f.__name__, n)
+    finally:
+        clear_rules(half_square)
+        clear_rules(_half_square_pair)
+
+
 # -- a rule on a recursive function ------------------------------------------------------------
 @njit
 def power_tower(x, n):
