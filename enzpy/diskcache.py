@@ -212,7 +212,8 @@ unloadable: set = set()       # entries that failed to load: their keys are not 
 # this is checked on the optimized module)
 _PROCESS_BOUND = re.compile(r"inttoptr \(i64 -?[1-9]|NumbaEnv")
 # Numba's constant for a dispatcher passed as a value: its address, in a global
-_DISPATCHER_GLOBAL = re.compile(r'^@"?(numba\.dynamic\.globals\.[0-9a-f]+)"? = .*'
+# (LLVM renames a second copy ``.1`` when modules are linked)
+_DISPATCHER_GLOBAL = re.compile(r'^@"?(numba\.dynamic\.globals\.[0-9a-f]+(?:\.\d+)?)"? = .*'
                                 r'inttoptr \(i64 (\d+) to ptr\)', re.M)
 
 
