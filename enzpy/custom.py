@@ -38,6 +38,11 @@ class FunctionRule:
         """Functions the rule's IR calls, by name, as IR declarations."""
         return {}
 
+    def covers(self, name) -> bool:
+        """Whether this rule covers ``name``, whatever its IR (its calls must
+        stay calls)."""
+        return self.signature(name, None) is not None
+
 
 class BlasRule(FunctionRule):
     _RULES = {"numba_xxdot": (blas.dot_reverse, blas.dot_forward),
@@ -60,6 +65,9 @@ class BlasRule(FunctionRule):
 class IntPowerRule(FunctionRule):
     """Numba's ``int_power(a, n)`` helper (``x ** n`` with an integer n): its
     loop of squarings is replaced by d(a^n)/da = n a^(n-1)."""
+
+    def covers(self, name):
+        return "int_power_impl" in name
 
     def signature(self, name, module):
         if "int_power_impl" in name and module is not None and name in module.functions:
@@ -139,6 +147,11 @@ def register(rule: FunctionRule):
 
 def unregister(rule: FunctionRule):
     RULES.remove(rule)
+
+
+def covered(name) -> bool:
+    """Whether a rule covers the function ``name``."""
+    return any(rule.covers(name) for rule in RULES)
 
 
 def rule_for(name, module=None):

@@ -321,8 +321,8 @@ def dispatcher_of(symbol: str):
     return found
 
 
-# Callables symbol -> [(dispatcher, argument types)]: more functions to link
-# beside a function (the glue of a custom derivative rule of it).
+# Callables (symbol, mode) -> [(dispatcher, argument types)]: more functions to
+# link beside a function (the glue of a custom derivative rule of it).
 EXTRA_CALLEES: list = []
 
 
@@ -350,18 +350,21 @@ def collect_module(root: Lowered) -> dict:
     return lowered
 
 
-def link_module(root: Lowered, lowered: dict):
+def link_module(root: Lowered, lowered: dict, mode="reverse"):
     """Link the raw IR of ``root`` and of every Numba function it reaches
-    (``lowered`` gains the glue of custom rules)."""
+    (``lowered`` gains the glue of custom rules the derivative in ``mode``
+    calls: for the functions ``root`` reaches, and in ``hvp``, which
+    differentiates glue again, for those the glue reaches too)."""
     module = llvm.parse_assembly(cgutils.normalize_ir_text(_raw_text(root)))
     linked = {root.symbol}
     while True:
         missing = [fn.name for fn in module.functions
                    if fn.is_declaration and fn.name not in linked
                    and not _INTRINSIC_OR_RUNTIME.match(fn.name)]
-        for name in [fn.name for fn in module.functions if fn.name in linked]:
+        differentiated = linked if mode == "hvp" else _reached(module, root.symbol)
+        for name in [fn.name for fn in module.functions if fn.name in differentiated]:
             for extra in EXTRA_CALLEES:
-                for disp, args in extra(name):
+                for disp, args in extra(name, mode):
                     low = lower(disp, args)
                     lowered.setdefault(low.symbol, low)
                     missing.append(low.symbol)
@@ -393,6 +396,27 @@ def link_module(root: Lowered, lowered: dict):
 
 
 _UNRESOLVED = ".numba.unresolved$"
+
+
+def _reached(module, root) -> set:
+    """The functions ``root`` calls or refers to, directly or not (the glue
+    of rules, which only derivative code calls, is not among them)."""
+    defined = {fn.name: fn for fn in module.functions}
+    seen, todo = {root}, [root]
+    while todo:
+        fn = defined.get(todo.pop())
+        if fn is None or fn.is_declaration:
+            continue
+        for block in fn.blocks:
+            for ins in block.instructions:
+                for op in ins.operands:
+                    name = op.name
+                    if name.startswith(_UNRESOLVED):      # mutual recursion's pointer
+                        name = name[len(_UNRESOLVED):]
+                    if name in defined and name not in seen:
+                        seen.add(name)
+                        todo.append(name)
+    return seen
 
 
 def _resolve_mutual_recursion(module):
@@ -474,6 +498,33 @@ def _target_machine():
 _tm = None
 
 
+# Instructions of a helper small enough to be differentiated inside its callers.
+HELPER_INLINE_LIMIT = 40
+
+
+def mark_small_helpers(module, keep) -> int:
+    """Mark small leaf helpers ``alwaysinline`` (cleanup inlines them), except
+    the functions ``keep(name)`` names; returns how many. A call per element of
+    an array expression (Numba's ``__numba_array_expr`` kernels) would
+    otherwise record its arguments and run a derivative call per element:
+    inlined, the caller's derivative sees the arithmetic and records nothing."""
+    marked = 0
+    for fn in module.functions:
+        if fn.is_declaration or keep(fn.name):
+            continue
+        size, leaf = 0, True
+        for block in fn.blocks:
+            for ins in block.instructions:
+                size += 1
+                if ins.opcode == "call":
+                    callee = list(ins.operands)[-1].name
+                    leaf &= callee.startswith("llvm.")
+        if leaf and size <= HELPER_INLINE_LIMIT:
+            fn.add_function_attribute("alwaysinline")
+            marked += 1
+    return marked
+
+
 def cleanup(module):
     """The light pre-AD pipeline: small, clean, never unrolled IR."""
     global _tm
@@ -485,6 +536,7 @@ def cleanup(module):
     pto.slp_vectorization = False
     pb = llvm.create_pass_builder(_tm, pto)
     mpm = llvm.create_new_module_pass_manager()
+    mpm.add_always_inliner_pass()
     mpm.add_sroa_pass()
     mpm.add_instruction_combine_pass()
     mpm.add_simplify_cfg_pass()
@@ -494,6 +546,9 @@ def cleanup(module):
     mpm.add_instruction_combine_pass()
     mpm.add_simplify_cfg_pass()
     mpm.add_dead_code_elimination_pass()
+    # Each loop entered by one edge (a preheader): its trip count is then
+    # recorded once, not the edge taken at every iteration.
+    mpm.add_loop_simplify_pass()
     mpm.add_instruction_namer_pass()
     mpm.run(module, pb)
     return module

@@ -32,7 +32,7 @@ from numba import types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
-from . import arguments, backend, diskcache, fingerprint, frontend, userrules
+from . import arguments, backend, custom, diskcache, fingerprint, frontend, userrules
 from .augment import INLINE_LIMIT
 from .cache import (STATS, ModuleBuilder, entry_function, forward_entry_function,
                     tangent_function)
@@ -176,9 +176,11 @@ class Build:
             lowered = frontend.collect_module(low)
         self.report.numba = split
         with self.stage("capture"):
-            module = frontend.link_module(low, lowered)
+            module = frontend.link_module(low, lowered, self.mode)
         with self.stage("cleanup"):
             blocks = frontend.original_blocks(module)
+            frontend.mark_small_helpers(module, lambda name: name == low.symbol or
+                                        custom.covered(name) or _user_code(lowered.get(name)))
             frontend.cleanup(module)
         with self.stage("read_ir"):
             model = read_module_text(str(module))
@@ -473,6 +475,15 @@ def build(disp, signature, mode, key, by_address=False) -> Entry:
     """The derivative of ``disp`` for ``signature`` in ``mode`` (cached under
     ``key``); ``by_address``: its entry point is called from ``@njit`` code."""
     return Build(disp, signature, mode, key, by_address).run()
+
+
+def _user_code(low) -> bool:
+    """A function of the user's (not Numba's or NumPy's): it keeps its own
+    derivative, and messages about it name it."""
+    if low is None:
+        return False
+    code = getattr(low.dispatcher.py_func, "__code__", None)
+    return code is not None and not fingerprint.is_library_file(code.co_filename)
 
 
 def _size(model) -> int:

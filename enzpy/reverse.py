@@ -125,23 +125,35 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             self.fn.defs[counter.name] = counter
             found[counter.name] = (h, Value("0", "i64", "const"), Value("1", "i64", "const"), "add")
             for ins in self.fn.block_map[h].instructions:
-                if ins.opcode != "phi" or not ins.type.startswith("i") or len(ins.incoming) != 2:
+                if ins.opcode != "phi" or not (ins.type.startswith("i") or ins.type == "ptr") \
+                        or len(ins.incoming) != 2:
                     continue
                 incoming = {blk: v for v, blk in ins.incoming}
                 init, nxt = incoming.get(loop.preheader), incoming.get(loop.latch)
                 step_ins = self.fn.defs.get(nxt.name) if nxt is not None and nxt.kind == "inst" else None
-                if init is None or step_ins is None or step_ins.opcode not in ("add", "sub"):
+                if init is None or step_ins is None:
                     continue
-                a, b = step_ins.operands
-                if a.kind == "inst" and a.name == ins.name:
-                    step = b
-                elif b.kind == "inst" and b.name == ins.name and step_ins.opcode == "add":
-                    step = a
+                if ins.type == "ptr":
+                    # a pointer stepped by a fixed offset: p = gep T, p, step
+                    if step_ins.opcode != "getelementptr" or len(step_ins.operands) != 2 or \
+                            step_ins.operands[0].name != ins.name or \
+                            step_ins.operands[0].kind != "inst":
+                        continue
+                    step, op = step_ins.operands[1], f"gep {step_ins.source_type}"
+                elif step_ins.opcode not in ("add", "sub"):
+                    continue
                 else:
-                    continue
+                    a, b = step_ins.operands
+                    if a.kind == "inst" and a.name == ins.name:
+                        step = b
+                    elif b.kind == "inst" and b.name == ins.name and step_ins.opcode == "add":
+                        step = a
+                    else:
+                        continue
+                    op = step_ins.opcode
                 if step.kind == "inst" and self.fn.defs[step.name].block.name in loop.body:
                     continue
-                found[ins.name] = (h, init, step, step_ins.opcode)
+                found[ins.name] = (h, init, step, op)
         return found
 
     def _induction_free(self, v: Value, block, depth=0) -> bool:
@@ -192,12 +204,12 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         return self._fetch(("s", v.name), self.fn.defs[v.name], block, depth)
 
     def _fetch(self, key, ins, block, depth):
-        iv = self.inductions.get(key[1]) if key[0] == "p" else None
-        if iv is not None and block in self.loops[iv[0]].body and \
-                self._induction_free(ins.value, block):
+        iv = self.inductions.get(key[1])
+        if iv is not None and (key[0] == "p" or iv[3].startswith("gep")) and \
+                block in self.loops[iv[0]].body and self._induction_free(ins.value, block):
             memo = self.recomputed.get((key, block))
             if memo is None:
-                memo = self._induction_value(ins, iv, block, depth + 1)
+                memo = self._induction_value(ins, iv, block, depth + 1, shadow=key[0] == "s")
                 self.recomputed[(key, block)] = memo
             return memo
         how = self._storage(key, ins)
@@ -219,16 +231,29 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
     def _counter(self, header) -> Value:
         return self.e.define("i64", f"load i64, ptr {local('~k.' + header)}")
 
-    def _induction_value(self, ins, iv, block, depth) -> Value:
-        """init +/- k * step, k being the loop's reverse iteration counter."""
+    def _induction_value(self, ins, iv, block, depth, shadow=False) -> Value:
+        """init +/- k * step (a pointer: init advanced k steps; its shadow: the
+        shadow of init advanced as far), k being the loop's reverse iteration
+        counter."""
         header, init, step, op = iv
         e = self.e
         k = self._counter(header)
-        if ins.type != "i64":
-            k = e.cast("trunc" if int(ins.type[1:]) < 64 else "zext", k, ins.type)
-        init, step = self.primal(init, block, depth), self.primal(step, block, depth)
-        scaled = e.define(ins.type, f"mul {ins.type} {k.ref}, {step.ref}")
-        return e.define(ins.type, f"{op} {ins.type} {init.ref}, {scaled.ref}")
+        ty = step.type if ins.type == "ptr" else ins.type
+        if ty != "i64":
+            k = e.cast("trunc" if int(ty[1:]) < 64 else "zext", k, ty)
+        step = self.primal(step, block, depth)
+        scaled = e.define(ty, f"mul {ty} {k.ref}, {step.ref}")
+        if not op.startswith("gep"):
+            init = self.primal(init, block, depth)
+            return e.define(ty, f"{op} {ty} {init.ref}, {scaled.ref}")
+        base = self.shadow(init, block, depth) if shadow else self.primal(init, block, depth)
+        if base.ref == "null":
+            return base
+        address = e.define("ptr", f"getelementptr {op[4:]}, ptr {base.ref}, {ty} {scaled.ref}")
+        if not shadow:
+            return address
+        is_null = e.define("i1", f"icmp eq ptr {base.ref}, null")
+        return e.define("ptr", f"select i1 {is_null.ref}, ptr null, ptr {address.ref}")
 
     def _recompute(self, key, ins, block, depth) -> Value:
         e = self.e

@@ -194,13 +194,18 @@ def trampoline(disp):
     return _trampolines[disp]
 
 
-def glue_dispatchers(symbol):
-    """The glue functions to link beside a call of ``symbol``, as (dispatcher,
-    argument types): ``frontend.link_module`` links their raw IR."""
+def glue_dispatchers(symbol, mode):
+    """The glue functions a derivative in ``mode`` calls for a call of
+    ``symbol``, as (dispatcher, argument types): ``frontend.link_module``
+    links their raw IR. (``hvp`` differentiates forward-mode glue in reverse
+    mode: it needs both.)"""
     if rule_of(symbol) is None:
         return []
-    glue = glue_for(symbol)
-    return [(g.dispatcher, g.argtypes) for g in glue.functions if g is not None]
+    found = []
+    for glue_mode in ("reverse", "forward") if mode == "hvp" else (mode,):
+        found += [(g.dispatcher, g.argtypes) for g in glue_for(symbol, glue_mode)
+                  .functions(glue_mode) if g is not None]
+    return found
 
 
 frontend.EXTRA_CALLEES.append(glue_dispatchers)
@@ -241,10 +246,33 @@ class _Glue:
     fwd: _Compiled = None
     reverse_error: Exception = None     # why the vjp rule does not fit (raised if used)
     forward_error: Exception = None
+    _compiled: set = None               # the modes whose glue was compiled
 
-    @property
-    def functions(self):
-        return [self.aug, self.rev, self.fwd]
+    def compile_for(self, mode):
+        """Compile the glue ``mode`` needs ('reverse': aug and rev; 'forward':
+        fwd), once; a rule that does not fit keeps its error for its use."""
+        with _lock:
+            if self._compiled is None:
+                self._compiled = set()
+            if mode in self._compiled:
+                return self
+            self._compiled.add(mode)
+            try:
+                if mode == "reverse" and self.spec.fwd is not None:
+                    self.aug, self.rev = _reverse_glue(self)
+                elif mode == "forward" and self.spec.jvp is not None:
+                    self.fwd = _forward_glue(self)
+            except RuleError as exc:
+                if mode == "reverse":
+                    self.reverse_error = exc
+                else:
+                    self.forward_error = exc
+        return self
+
+    def functions(self, mode):
+        """The glue functions a derivative in ``mode`` calls."""
+        self.compile_for(mode)
+        return [self.aug, self.rev] if mode == "reverse" else [self.fwd]
 
 
 _glue: dict = {}
@@ -271,25 +299,16 @@ def _compile(source, namespace, name, argtypes, rule):
     return _Compiled(disp, tuple(argtypes), disp.overloads[tuple(argtypes)].signature.return_type)
 
 
-def glue_for(symbol) -> _Glue:
+def glue_for(symbol, mode) -> _Glue:
+    """The glue of the rule of ``symbol``, compiled for ``mode``."""
     with _lock:
-        if symbol in _glue:
-            return _glue[symbol]
-        spec, disp, argtypes = rule_of(symbol)
-        restype = disp.overloads[tuple(argtypes)].signature.return_type
-        glue = _Glue(spec, tuple(argtypes), restype, [_kind(t) for t in argtypes])
-        if spec.fwd is not None:
-            try:
-                glue.aug, glue.rev = _reverse_glue(glue)
-            except RuleError as exc:
-                glue.reverse_error = exc
-        if spec.jvp is not None:
-            try:
-                glue.fwd = _forward_glue(glue)
-            except RuleError as exc:
-                glue.forward_error = exc
-        _glue[symbol] = glue
-        return glue
+        glue = _glue.get(symbol)
+        if glue is None:
+            spec, disp, argtypes = rule_of(symbol)
+            restype = disp.overloads[tuple(argtypes)].signature.return_type
+            glue = _glue[symbol] = _Glue(spec, tuple(argtypes), restype,
+                                         [_kind(t) for t in argtypes])
+        return glue.compile_for(mode)
 
 
 def _names(n, prefix):
@@ -543,6 +562,9 @@ class _Text:
 class UserRule(custom.FunctionRule):
     """The door's entry for rules written as @njit functions."""
 
+    def covers(self, name):
+        return rule_of(name) is not None
+
     def signature(self, name, module):
         if module is None or name not in module.functions or rule_of(name) is None:
             return None
@@ -560,7 +582,7 @@ class UserRule(custom.FunctionRule):
         if spec.fwd is None:
             raise UnsupportedError(f"{spec.name} has no reverse rule: register one with "
                                    f"enzpy.defvjp")
-        glue = glue_for(deriv.fn.name)
+        glue = glue_for(deriv.fn.name, "reverse")
         if glue.reverse_error is not None:
             raise glue.reverse_error
         return self._augmented(deriv, glue) + self._reverse_sweep(deriv, glue)
@@ -667,7 +689,7 @@ class UserRule(custom.FunctionRule):
         if spec.jvp is None:
             raise UnsupportedError(f"{spec.name} has no forward rule: register one with "
                                    f"enzpy.defjvp (forward mode and second derivatives need it)")
-        glue = glue_for(fn.name)
+        glue = glue_for(fn.name, "forward")
         if glue.forward_error is not None:
             raise glue.forward_error
         fields = _arg_fields(fn, glue.argtypes)

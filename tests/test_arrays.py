@@ -214,6 +214,32 @@ def test_read_only_input_keeps_tape_constant():
     assert peaks[0] == peaks[1] == peaks[2]
 
 
+@njit
+def numpy_sum(x):
+    return np.sum(x)
+
+
+@njit
+def shifted_sum(x):
+    return np.sum(x - 0.5)
+
+
+def test_tape_of_numpy_reductions_and_array_expressions():
+    # np.sum walks its array with a stepped pointer, which the reverse sweep
+    # recomputes (nothing recorded per element); x - 0.5 is a small kernel
+    # called per element, inlined so its derivative records nothing either:
+    # only the broadcast index of the expression's loop is kept.
+    for f, per_element in ((numpy_sum, 0), (shifted_sum, 8)):
+        peaks = []
+        for n in (10, 1000):
+            x = np.linspace(0.0, 1.0, n)
+            dx = np.zeros(n)
+            autodiff(Reverse, f, Duplicated(x, dx))
+            np.testing.assert_allclose(dx, np.ones(n))
+            peaks.append(enzpy.build_report(f)[-1].peak_tape_bytes)
+        assert peaks[1] - peaks[0] <= per_element * 990, (f.__name__, peaks)
+
+
 def test_in_place_updates_record_old_values():
     small, large = X.copy(), np.linspace(0.1, 1.3, 70)
     autodiff(Reverse, stencil, Duplicated(small, np.zeros_like(small)), 3)
