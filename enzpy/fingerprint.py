@@ -146,8 +146,10 @@ class Fingerprint:
     def _code(self, code) -> set:
         """Hash a code object and those nested in it; returns every name they use."""
         self.codes.add(code)
-        # (the name of generated code, "<string>", "<evaluator 3>", says nothing of it)
-        filename = "<generated>" if code.co_filename.startswith("<") else code.co_filename
+        # (the name of generated code, "<string>", "<evaluator 3>", says nothing of it;
+        # a notebook cell's file is named by its content in a folder named by the kernel)
+        filename = "<generated>" if code.co_filename.startswith("<") else \
+            _KERNEL_FOLDER.sub("ipykernel", code.co_filename)
         self.add(code.co_code, code.co_names, code.co_varnames, code.co_freevars,
                  code.co_cellvars, filename, code.co_firstlineno, code.co_argcount,
                  code.co_kwonlyargcount, code.co_flags, code.co_linetable)
@@ -297,6 +299,9 @@ def derivative_key(disp, signature, mode, rules) -> Fingerprint:
         for rule in (spec.fwd, spec.bwd, spec.jvp):
             fp.value(rule)
     return fp
+
+
+_KERNEL_FOLDER = re.compile(r"ipykernel_\d+")
 
 
 # -- callees the walk did not reach ----------------------------------------------------

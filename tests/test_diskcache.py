@@ -529,3 +529,15 @@ def test_a_saved_build_writes_again_what_an_unsaved_build_wrote(tmp_path, monkey
     autodiff(Reverse, third, Active(0.4))             # calls second's saved copy
     assert enzpy.cache_info()["rewritten"] == after["rewritten"]
     assert enzpy.build_report(third)[-1].derivative_functions == 2   # its own, leaf's reused
+
+
+def test_a_notebook_cell_keys_the_same_in_every_kernel():
+    """Jupyter compiles a cell into a file named by its content, in a folder
+    named by the kernel's process: a later kernel must find the derivative."""
+    made = []
+    for kernel in (1111, 2222):
+        namespace = {}
+        exec(compile("def cell(x):\n    return 3.0 * x * x\n",
+                     f"/tmp/ipykernel_{kernel}/2954937112.py", "exec"), namespace)
+        made.append(njit(namespace["cell"]))
+    assert _key(made[0], Active(1.0)) == _key(made[1], Active(1.0))
