@@ -1,10 +1,14 @@
-"""Execute ``examples/seeds.ipynb`` end to end; any failing cell fails the test.
+"""Execute the example notebooks of ``examples/`` end to end; any failing cell fails the test.
 
-The notebook runs with its own folder (``examples/``) as the working directory,
-as a user opening it in Jupyter would. It compiles the 2+2-operator evaluator
-(Numba, ~15-25 s) and builds four derivatives: about a minute in all.
-Needs ``nbclient``, ``nbformat`` and ``ipykernel`` (the ``test`` extra).
+Each notebook runs with its own folder (``examples/``) as the working directory,
+as a user opening it in Jupyter would. ``seeds.ipynb`` compiles the 2+2-operator
+evaluator (Numba, ~15-25 s) and builds four derivatives: about a minute in all;
+the gallery notebooks (``getting_started``, ``numpy_models``, ``second_order``,
+``custom_rules``) use small sizes. Every committed notebook must also carry its
+outputs (``python scripts/refresh_notebooks.py`` re-executes them in place).
+Needs ``nbclient``, ``nbformat``, ``ipykernel`` (the ``test`` extra) and matplotlib.
 """
+import glob
 import os
 
 import nbclient
@@ -14,16 +18,61 @@ import pytest
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "examples")
 NOTEBOOK = os.path.join(EXAMPLES, "seeds.ipynb")
+GALLERY = ["getting_started.ipynb", "numpy_models.ipynb", "second_order.ipynb",
+           "custom_rules.ipynb"]
+COMMITTED = sorted(os.path.basename(p) for p in glob.glob(os.path.join(EXAMPLES, "*.ipynb")))
 
 
-def test_seeds_notebook_executes():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
+def execute_notebook(path):
+    """Run every cell of the notebook at ``path`` in a fresh ``python3`` kernel
+    (cwd ``examples/``); fails the test at the first failing cell. Returns the
+    executed notebook (the file is not modified)."""
+    nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": EXAMPLES}})
     try:
         client.execute()        # raises CellExecutionError at the first failing cell
     except nbclient.exceptions.CellExecutionError as exc:
-        pytest.fail(f"a cell of {os.path.basename(NOTEBOOK)} failed:\n{exc}")
+        pytest.fail(f"a cell of {os.path.basename(path)} failed:\n{exc}")
     errors = [out for cell in nb.cells if cell.cell_type == "code"
               for out in cell.get("outputs", []) if out.get("output_type") == "error"]
     assert not errors, errors
+    return nb
+
+
+def test_seeds_notebook_executes():
+    execute_notebook(NOTEBOOK)
+
+
+@pytest.mark.parametrize("name", GALLERY)
+def test_gallery_notebook_executes(name):
+    nb = execute_notebook(os.path.join(EXAMPLES, name))
+    images = [out for cell in nb.cells if cell.cell_type == "code"
+              for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
+    assert images, f"{name} drew no plot"
+
+
+def test_gallery_notebooks_exist():
+    assert set(GALLERY) <= set(COMMITTED), sorted(set(GALLERY) - set(COMMITTED))
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_committed_notebook_has_outputs(name):
+    """No notebook is committed blank: its code cells were run top to bottom in one
+    kernel (execution counts 1, 2, ...) and saved with their outputs, none an error.
+    Every code cell of a gallery notebook shows an output; ``seeds.ipynb``'s first
+    cell (imports only) prints nothing, so there only executed-in-order is required."""
+    nb = nbformat.read(os.path.join(EXAMPLES, name), as_version=4)
+    code = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and cell.source.strip()]
+    assert code, f"{name} has no code cells"
+    hint = f"; run python scripts/refresh_notebooks.py --only {name}"
+    counts = [nb.cells[i].get("execution_count") for i in code]
+    assert counts == list(range(1, len(code) + 1)), \
+        f"{name}: execution counts {counts}: not executed top to bottom{hint}"
+    errors = [i for i in code for out in nb.cells[i].get("outputs", [])
+              if out.get("output_type") == "error"]
+    assert not errors, f"{name}: code cells {errors} end in an error{hint}"
+    blank = [i for i in code if not nb.cells[i].get("outputs")]
+    assert len(blank) < len(code), f"{name}: no code cell has outputs{hint}"
+    if name in GALLERY:
+        assert not blank, f"{name}: code cells {blank} have no outputs{hint}"
