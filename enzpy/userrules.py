@@ -331,6 +331,23 @@ def _laid_out_like(ref, x):
     ``ref``: derivative code addresses a shadow with its primal's strides."""
 
 
+def _owned(x):
+    """``x`` (residuals: arrays, numbers, tuples of them) with every array
+    copied: the residuals of a rule often hold the rule's own arguments, which
+    the function may overwrite in place before the reverse sweep reads them."""
+
+
+@numba.extending.overload(_owned)
+def _ol_owned(x):
+    if isinstance(x, types.Array) and x.layout == "F":
+        return lambda x: x.T.copy().T               # a copy that stays Fortran-ordered
+    if isinstance(x, types.Array):
+        return lambda x: x.copy()
+    if isinstance(x, types.BaseTuple):
+        return _tuple_impl("_owned", len(x), "x")
+    return lambda x: x
+
+
 def _cotangent(shadow, gs, has_g):
     """The cotangent of a rule's result: its arrays are the shadow arrays the
     call's box kept (the caller's shadow slot of the result is overwritten by
@@ -344,7 +361,7 @@ def _tuple_impl(name, n, *args, whole=()):
     items = ", ".join(f"{name}({', '.join([f'{a}[{i}]' for a in args] + list(whole))})"
                       for i in range(n))
     namespace = {"_zero_shadow": _zero_shadow, "_laid_out_like": _laid_out_like,
-                 "_cotangent": _cotangent}
+                 "_cotangent": _cotangent, "_owned": _owned}
     exec(compile(f"def impl({', '.join(args + whole)}):\n    return ({items},)\n",
                  "<enzpy tuple rule>", "exec"), namespace)
     return fingerprint.generated_by_enzpy(namespace["impl"])
@@ -428,10 +445,11 @@ def _reverse_glue(glue):
                         f"returns {glue.restype}")
     box_type = _BoxType([("res", res_type), ("out", out_type), ("shadow", out_type)])
     namespace = {"fwd": spec.fwd, "bwd": spec.bwd, "np": np, "new": structref.new,
-                 "Box": box_type, "_zero_shadow": _zero_shadow, "_cotangent": _cotangent}
+                 "Box": box_type, "_zero_shadow": _zero_shadow, "_cotangent": _cotangent,
+                 "_owned": _owned}
     aug_source = (f"def aug({xs}):\n"
                   f"    out, res = fwd({xs})\n"
-                  f"    box = new(Box)\n    box.res = res\n    box.out = out\n"
+                  f"    box = new(Box)\n    box.res = _owned(res)\n    box.out = out\n"
                   f"    box.shadow = _zero_shadow(out)\n"
                   f"    return out, box, box.shadow\n")
     aug = _compile(aug_source, dict(namespace), "aug", argtypes, spec.name)

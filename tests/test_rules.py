@@ -520,3 +520,56 @@ def test_forward_mode_without_a_forward_rule_says_which_rule_to_add():
             autodiff(Forward, two_args, Duplicated(1.0, 1.0), Const(2.0))
     finally:
         clear_rules(two_args)
+
+
+# -- residuals are kept as they were at the call ------------------------------------------------
+@njit
+def _det_then_overwrite(A, b):
+    v = np.linalg.det(A) + np.linalg.solve(A, b).sum()
+    A[0, 0] = 0.0                     # the rules' residuals held A and b themselves
+    b[0] = 0.0
+    return v
+
+
+@njit
+def _scaled_norm(x):
+    return np.sqrt(np.sum(x * x))
+
+
+@njit
+def _scaled_norm_fwd(x):
+    return np.sqrt(np.sum(x * x)), x          # the residual is the argument itself
+
+
+@njit
+def _scaled_norm_bwd(x, g):
+    return (g * x / np.sqrt(np.sum(x * x)),)
+
+
+@njit
+def _norm_then_overwrite(x):
+    v = _scaled_norm(x)
+    x[0] = 0.0
+    return v
+
+
+def test_residuals_survive_later_in_place_writes():
+    # Found by the fuzzer: a rule's residuals referring to its arguments saw the
+    # function's later in-place writes (a wrong derivative, no error).
+    rng = np.random.default_rng(0)
+    A = 3.0 * np.eye(3) + rng.uniform(-1, 1, (3, 3))
+    b = rng.uniform(0.2, 1.0, 3)
+    dA, db = np.zeros_like(A), np.zeros_like(b)
+    autodiff(Reverse, _det_then_overwrite, Duplicated(A.copy(), dA), Duplicated(b.copy(), db))
+    want_A = np.linalg.det(A) * np.linalg.inv(A).T - np.outer(np.linalg.solve(A.T, np.ones(3)),
+                                                             np.linalg.solve(A, b))
+    np.testing.assert_allclose(dA, want_A, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(db, np.linalg.solve(A.T, np.ones(3)), rtol=1e-8)
+    defvjp(_scaled_norm, _scaled_norm_fwd, _scaled_norm_bwd)
+    try:
+        x = np.array([0.6, 0.8])
+        dx = np.zeros(2)
+        autodiff(Reverse, _norm_then_overwrite, Duplicated(x.copy(), dx))
+        np.testing.assert_allclose(dx, x / np.linalg.norm(x), rtol=1e-12)
+    finally:
+        clear_rules(_scaled_norm)
