@@ -4,6 +4,7 @@ central finite differences.
     python scripts/fuzz.py --programs 2000 --seed 0 [--time-limit SECONDS]
     python scripts/fuzz.py --seed 0 --only 17          # re-run (and print) program 17
     python scripts/fuzz.py --programs 50 --show        # print every program
+    python scripts/fuzz.py --programs 500 --numpy-only # programs with NumPy statements
 
 Each program is Python source: a main function ``f`` over Active float scalars,
 optionally a Duplicated float array ``a`` (read, sometimes updated in place), a
@@ -20,6 +21,24 @@ arrays (list literals, lists built by ``append`` and read by index or
 iteration, lists of ``(array, float)`` tuples, tuples, a ``@jitclass`` object
 with an array and a float field) written and read back.
 
+With the ``numpy`` feature, programs may also take a Duplicated matrix ``A``
+and draw idiomatic NumPy: vectors and matrices built from floats
+(``np.array([...])``, nested lists, ``np.outer``); reductions of 1-D and 2-D
+arrays (``np.sum``/``np.max``/``np.min``/``np.mean``/``np.prod``, the methods
+``.sum() .max() .min() .mean()``, ``np.sum(M, axis=k)``, ``np.linalg.norm``,
+``np.dot``/``@`` of vectors), logsumexp (``m = np.max(v); np.log(np.sum(np.exp(v
+- m))) + m``), ``.reshape``/``np.reshape``/``.ravel()``/``.T`` (views, C and F
+layouts), ``np.cumsum``, ``np.diff``, ``np.where``, ``np.clip``,
+``np.maximum/minimum``, ``np.abs``, smooth ufuncs, a vector broadcast over a
+matrix's rows, softmax, matrix products (``@`` and ``np.dot``: matrix-matrix,
+matrix-vector, vector-matrix, with transposes; ``np.outer``), and ``@njit``
+helpers returning arrays. Fresh 1-D results may then be updated in place. With
+``linalg`` too: a well-conditioned matrix built from the arrays in scope
+(diagonally dominant ``np.tanh(S) + (n + 1) * np.eye(n)`` or SPD ``S @ S.T +
+np.eye(n)``) goes to ``np.linalg.solve`` (vector and matrix right-hand sides),
+``inv``, ``det`` and (SPD) ``cholesky``. ``--exclude numpy,linalg`` draws
+exactly the programs drawn before these features existed.
+
 ``f`` is jitted with ``numba.njit`` and checked with ``enzpy.check_gradient``
 at a few random points, and the primal enzpy computes (``ReverseWithPrimal``)
 is compared with the plain call; forward mode's tangent along a random
@@ -27,12 +46,15 @@ direction is compared with the gradient dotted with it. A point is *rejected*
 (not counted as a test) where the finite difference means nothing: an
 instrumented pure-Python copy of the program (made from the same source with
 ``ast``: every comparison, ``abs``,
-``max``/``min``, divisor and assigned value goes through a recorder) is run at
-the point and at every finite-difference point; the point is rejected when a
-comparison is within 1e-4 of flipping, the branch trace changes under the
-finite-difference step, a divisor is small, or a value (an assigned value or
-the argument of a math function) is huge or not finite. When enzpy and the
-finite difference disagree, steps 1e-7 and 1e-5 are tried too; the program
+``max``/``min``, divisor and assigned value goes through a recorder, and so do
+NumPy's kinks: the element ``np.max``/``np.min``/``.max()``/``.min()`` select,
+the side each element of ``np.maximum``/``np.minimum``/``np.clip``/``np.abs``
+and of an array comparison (``np.where``) takes, one distance per element) is
+run at the point and at every finite-difference point; the point is rejected
+when a comparison is within 1e-4 of flipping, the branch trace changes under the
+finite-difference step, a divisor is small, a norm is near 0, or a value (an
+assigned value or the argument of a math function) is huge or not finite. When
+enzpy and the finite difference disagree, steps 1e-7 and 1e-5 are tried too; the program
 fails only if none agrees with enzpy while the estimates at 1e-6 and 1e-7
 agree with each other (otherwise the point is rejected: no convergence).
 
@@ -67,7 +89,7 @@ import numpy as np
 
 FEATURES = ("branches", "for", "while", "helpers", "recursion", "arrays", "temp_arrays",
             "inplace", "outputs", "array_exprs", "const_args", "layouts", "nested_while",
-            "containers")
+            "containers", "numpy", "linalg")
 # Features that hit a known, not yet fixed enzpy bug (left out by
 # --skip-known-bugs and by tests/test_fuzz.py). ``nested_while`` (a while loop
 # inside another loop) was here until 6da8ef7 fixed split_loop_exits.
@@ -133,7 +155,7 @@ class Program:
     """
 
     def __init__(self, source, params, points, seeds, bare_const=False, layout_check=False,
-                 tag="fuzz"):
+                 tag="fuzz", uses_numpy=False):
         self.source = source
         self.params = params
         self.points = points
@@ -141,11 +163,12 @@ class Program:
         self.bare_const = bare_const
         self.layout_check = layout_check
         self.tag = tag
+        self.uses_numpy = uses_numpy     # the program has a NumPy statement (``st_numpy``)
 
     def to_dict(self):
         return dict(source=self.source, params=self.params, points=self.points,
                     seeds=self.seeds, bare_const=self.bare_const,
-                    layout_check=self.layout_check, tag=self.tag)
+                    layout_check=self.layout_check, tag=self.tag, uses_numpy=self.uses_numpy)
 
     @classmethod
     def from_dict(cls, d):
@@ -189,12 +212,15 @@ def _copy(v):
 
 
 class _Scope:
-    def __init__(self, floats=(), arrays=None, writable=None, loops=(), loop_kind=None):
+    def __init__(self, floats=(), arrays=None, writable=None, loops=(), loop_kind=None,
+                 wellcond=None):
         self.floats = list(floats)
         self.arrays = dict(arrays or {})        # readable float arrays: name -> shape
         self.writable = dict(writable or {})    # writable float arrays: name -> shape
         self.loops = list(loops)                # for-loop indices in scope
         self.loop_kind = loop_kind              # the innermost loop: None, "for", "while"
+        # well-conditioned square matrices (for solve/inv/det): name -> "spd" or "dominant"
+        self.wellcond = dict(wellcond or {})
 
     @property
     def in_loop(self):
@@ -203,7 +229,7 @@ class _Scope:
     def child(self, loop_index=None, loop_kind=None):
         loops = self.loops + ([loop_index] if loop_index else [])
         return _Scope(self.floats, self.arrays, self.writable, loops,
-                      loop_kind or self.loop_kind)
+                      loop_kind or self.loop_kind, self.wellcond)
 
 
 def _indent(lines, n=1):
@@ -221,6 +247,13 @@ class _Gen:
         self.helper_level = 0
         self.params = {}             # name -> shape (or count), decided up front
         self.uses_box = False        # the program uses the ``Box`` jitclass
+        # numpy: the memory layout of arrays that are not C-contiguous ("F" for
+        # ``.T``, "A" for a strided view); ``a`` is C here but strided in the layout
+        # check, so ``a_needs_c`` turns that check off once ``a`` is reshaped or diffed
+        self.layouts = {}
+        self.a_needs_c = False
+        self.np_helpers = []         # names of generated array helpers
+        self.uses_numpy = False
 
     # -- randomness ---------------------------------------------------------------
     def choice(self, seq):
@@ -344,6 +377,8 @@ class _Gen:
             kinds.append(("container", 1.2))
         if self.has("inplace") and sc.writable:
             kinds.append(("inplace", 1.5))
+        if self.has("numpy") and depth < 3:
+            kinds.append(("numpy", 3.0))
         names, weights = zip(*kinds)
         p = np.array(weights) / sum(weights)
         kind = names[int(self.rng.choice(len(names), p=p))]
@@ -475,7 +510,7 @@ class _Gen:
         body.append(f"return {self.ret_expr(sc)}")
         self.helper_level -= 1
         self.params, self.budget = saved
-        self.helper_src.append("\n".join([f"@njit", f"def {name}({', '.join(params)}):"]
+        self.helper_src.append("\n".join(["@njit", f"def {name}({', '.join(params)}):"]
                                          + _indent(body)))
         self.helpers.append((name, kind, nf))
         return name, nf
@@ -606,6 +641,333 @@ class _Gen:
                     f"    {name}[{i}] = {self.bounded(f'{name}[{i}] * {self.choice(sc.floats)}')}"]
         return [f"{name} *= {self.choice(['0.5', '-1.5', '2.0'])}"]
 
+    # -- numpy: array calls and array expressions ------------------------------------
+    def np_arrays(self, sc):
+        """The arrays of known shape in scope (not a helper's ``arr``): name -> shape."""
+        return {n: s for n, s in sorted(sc.arrays.items())
+                if all(isinstance(k, int) for k in s)}
+
+    def c_layout(self, name):
+        return self.layouts.get(name, "C") == "C"
+
+    def np_scalar(self, sc):
+        """A float to scale or shift arrays with."""
+        return self.choice(sc.floats) if self.chance(0.7) else self.expr(sc, 1)
+
+    def np_register(self, sc, name, shape, layout="C", fresh=True):
+        """A new array in scope; fresh 1-D ones (not views of another array) may be
+        updated in place later."""
+        sc.arrays[name] = shape
+        if layout != "C":
+            self.layouts[name] = layout
+        if fresh and len(shape) == 1 and self.has("inplace"):
+            sc.writable[name] = shape
+
+    def np_pick(self, arrs, ndim=None, contiguous=False):
+        names = [n for n, s in arrs.items() if (ndim is None or len(s) == ndim)
+                 and (not contiguous or self.c_layout(n))]
+        return self.choice(names) if names else None
+
+    def st_numpy(self, sc, depth):
+        """NumPy calls on arrays in scope: a reduction to a float, a logsumexp, or a
+        new array (reshaping, cumsum/diff, axis sums, where/clip/maximum and other
+        array expressions, matrix products, linear algebra with a well-conditioned
+        matrix, an array helper) that is often reduced to a float right away."""
+        self.uses_numpy = True
+        arrs = self.np_arrays(sc)
+        forms = [("build", 1.0)]
+        if arrs:
+            forms += [("reduce", 2.0), ("logsumexp", 0.8), ("shape", 1.5), ("scan", 1.0),
+                      ("elementwise", 2.0), ("product", 2.5), ("helper", 0.7)]
+            if self.has("linalg"):
+                forms.append(("linalg", 1.5))
+        names, weights = zip(*forms)
+        p = np.array(weights) / sum(weights)
+        form = names[int(self.rng.choice(len(names), p=p))]
+        if form == "reduce":
+            v = self.fresh("v")
+            name = self.choice(sorted(arrs))
+            red = self.np_reduction(sc, name, arrs[name], arrs)
+            r = self.rng.random()
+            lines = [f"{v} = {red}" if r < 0.5 else (
+                f"{v} = {red} * {self.np_scalar(sc)}" if r < 0.75 else
+                f"{v} = {self.bounded(red)}")]
+        elif form == "logsumexp":
+            lines, v = self.np_logsumexp(sc, arrs)
+        else:
+            made = getattr(self, "np_" + form)(sc, arrs)
+            if made is None:             # nothing fits: build a vector from floats instead
+                made = self.np_build(sc, arrs)
+            lines, name = made
+            if name is None or self.chance(0.25):
+                return lines
+            v = self.fresh("v")
+            lines.append(f"{v} = {self.np_reduction(sc, name, sc.arrays[name], sc.arrays)}")
+        if self.chance(0.6):
+            # fold the result into a float already in use, so that it reaches the result
+            lines.append(f"{self.choice(sc.floats)} += 0.25 * {self.bounded(v)}")
+        sc.floats.append(v)
+        return lines
+
+    def np_reduction(self, sc, name, shape, arrs):
+        """A float reduction of array ``name``."""
+        size = int(np.prod(shape))
+        forms = [f"np.sum({name})", f"{name}.sum()", f"np.max({name})", f"{name}.max()",
+                 f"{name}.min()", f"np.min({name})", f"np.mean({name})", f"{name}.mean()",
+                 f"np.linalg.norm({name})",
+                 f"np.prod({name})" if size <= 4 else f"np.prod(1.0 + 0.1 * {name})"]
+        if len(shape) == 1:
+            same = [o for o in sorted(arrs) if arrs[o] == shape]
+            other = self.choice(same)
+            forms += [f"np.dot({name}, {other})", f"{name} @ {other}"]
+        else:
+            forms += [f"np.sum({name}, axis={self.choice([0, 1])}).max()",
+                      f"({name} * {name}).sum()"]
+        if name in sc.wellcond:
+            forms += [f"np.linalg.det({name})"] * 2
+        return self.choice(forms)
+
+    def np_logsumexp(self, sc, arrs):
+        name = self.choice(sorted(arrs))
+        src = name if self.chance(0.6) else f"({name} * {self.np_scalar(sc)})"
+        m, v = self.fresh("mx"), self.fresh("v")
+        head = f"{m} = {name}.max()" if src == name and self.chance(0.4) else \
+            f"{m} = np.max({src})"
+        return [head, f"{v} = np.log(np.sum(np.exp({src} - {m}))) + {m}"], v
+
+    def np_build(self, sc, arrs):
+        """An array built from floats: ``np.array`` of a list (1-D or nested), or an
+        outer product of two such vectors."""
+        k = int(self.rng.integers(2, 5))
+        items = lambda m: ", ".join(self.expr(sc, 1) for _ in range(m))  # noqa: E731
+        r = self.rng.random()
+        if r < 0.6:
+            t, shape, rhs = self.fresh("u"), (k,), f"np.array([{items(k)}])"
+        elif r < 0.8:
+            j = int(self.rng.integers(2, 4))
+            t, shape = self.fresh("M"), (k, j)
+            rhs = f"np.outer(np.array([{items(k)}]), np.array([{items(j)}]))"
+        else:
+            t, shape = self.fresh("M"), (2, 2)
+            rhs = f"np.array([[{items(2)}], [{items(2)}]])"
+        self.np_register(sc, t, shape)
+        return [f"{t} = {rhs}"], t
+
+    def np_shape(self, sc, arrs):
+        """Reshaping: ``.reshape``, ``.ravel()``, ``np.ravel``, ``.T`` (views)."""
+        name = self.choice(sorted(arrs))
+        shape = arrs[name]
+        size = int(np.prod(shape))
+        c = self.c_layout(name)
+        if len(shape) == 2:
+            options = [("ravel", 1.0), ("T", 2.0)] + ([("flat", 1.0), ("swap", 1.5)] if c else [])
+        else:
+            factors = [(p, size // p) for p in range(1, size + 1) if size % p == 0]
+            if not c or size < 2:
+                return None
+            options = [("matrix", 1.0)]
+        kinds, weights = zip(*options)
+        kind = kinds[int(self.rng.choice(len(kinds), p=np.array(weights) / sum(weights)))]
+        if kind == "ravel":
+            rhs, new, layout = self.choice([f"{name}.ravel()", f"np.ravel({name})"]), (size,), "C"
+        elif kind == "flat":
+            rhs, new, layout = f"{name}.reshape(-1)", (size,), "C"
+        elif kind == "T":
+            rhs, new = f"{name}.T", (shape[1], shape[0])
+            layout = {"C": "F", "F": "C"}.get(self.layouts.get(name, "C"), "A")
+        elif kind == "swap":
+            new = (shape[1], shape[0])
+            rhs, layout = self.choice([f"{name}.reshape(({new[0]}, {new[1]}))",
+                                       f"{name}.reshape({new[0]}, {new[1]})",
+                                       f"np.reshape({name}, ({new[0]}, {new[1]}))"]), "C"
+        else:
+            nontrivial = [f for f in factors if 1 < f[0] < size]
+            new = self.choice(nontrivial) if nontrivial and self.chance(0.8) else \
+                self.choice(factors)
+            rhs, layout = f"{name}.reshape(({new[0]}, {new[1]}))", "C"
+        if name == "a" and kind in ("flat", "swap", "matrix"):
+            self.a_needs_c = True
+        t = self.fresh("M" if len(new) == 2 else "u")
+        self.np_register(sc, t, new, layout, fresh=False)
+        return [f"{t} = {rhs}"], t
+
+    def np_scan(self, sc, arrs):
+        """``np.cumsum`` (flattening), ``np.diff`` (along the last axis) and sums
+        along an axis."""
+        name = self.choice(sorted(arrs))
+        shape = arrs[name]
+        size = int(np.prod(shape))
+        diffable = self.c_layout(name) and shape[-1] >= 2
+        kind = self.choice(["cumsum"] + (["diff", "diff"] if diffable else [])
+                           + (["axis", "axis"] if len(shape) == 2 else []))
+        if kind == "cumsum":
+            rhs = self.choice([f"np.cumsum({name})", f"{name}.cumsum()"])
+            new = (size,)
+        elif kind == "diff":
+            rhs = f"np.diff({name})"
+            new = shape[:-1] + (shape[-1] - 1,)
+            if name == "a":
+                self.a_needs_c = True
+        else:
+            axis = self.choice([0, 1])
+            rhs = self.choice([f"np.sum({name}, axis={axis})", f"{name}.sum(axis={axis})"])
+            new = (shape[1 - axis],)
+        t = self.fresh("M" if len(new) == 2 else "u")
+        self.np_register(sc, t, new)
+        return [f"{t} = {rhs}"], t
+
+    def np_elementwise(self, sc, arrs):
+        """Array expressions of one shape: ``np.where``, ``np.clip``,
+        ``np.maximum/minimum``, ``np.abs``, smooth ufuncs, broadcasting a vector
+        over the rows of a matrix, and a softmax."""
+        name = self.choice(sorted(arrs))
+        shape = arrs[name]
+        same = [o for o in sorted(arrs) if arrs[o] == shape and o != name]
+        other = self.choice(same) if same else None
+        rows = [o for o in sorted(arrs) if len(shape) == 2 and arrs[o] == (shape[1],)]
+        s = lambda: self.np_scalar(sc)  # noqa: E731
+        c = lambda: self.choice(CONSTS)  # noqa: E731
+        kind = self.choice(["where", "where", "clip", "maximum", "minimum", "abs", "smooth",
+                            "smooth", "softmax"] + (["rows"] * 2 if rows else []))
+        lines = []
+        if kind == "where":
+            cond = self.choice([f"{name} > {c()}", f"{name} * {s()} < {c()}"]
+                               + ([f"{name} < {other}"] if other else []))
+            alt = self.choice([c(), f"{name} * {s()}", f"-{name}", f"np.tanh({name})"]
+                              + ([other] if other else []))
+            rhs = f"np.where({cond}, {name}, {alt})"
+        elif kind == "clip":
+            lo, hi = self.choice([("-0.5", "0.5"), ("-1.0", "0.25"), ("0.0", "1.0"),
+                                  ("-0.25", "1.5")])
+            src = name if self.chance(0.6) else f"{name} * {s()}"
+            rhs = f"np.clip({src}, {lo}, {hi})"
+        elif kind in ("maximum", "minimum"):
+            rhs = f"np.{kind}({name}, {self.choice([c(), s()] + ([other] if other else []))})"
+        elif kind == "abs":
+            rhs = f"np.abs({name} - {self.choice([c(), s()])})"
+        elif kind == "smooth":
+            rhs = self.choice([f"np.tanh({name}) * {s()}", f"{name} * {s()} + {name} * {name}",
+                               f"np.exp(-{name} * {name})", f"np.sin({name}) + {other or s()}",
+                               f"({name} - {s()}) ** 2"])
+        elif kind == "rows":
+            vec = self.choice(rows)
+            rhs = self.choice([f"np.tanh({name} - {vec})", f"{name} * {vec}",
+                               f"{name} + {vec} * {s()}"])
+            other = vec
+        else:
+            e = self.fresh("e")
+            lines.append(f"{e} = np.exp({name} - np.max({name}))")
+            rhs = f"{e} / np.sum({e})"
+        layout = "C" if self.c_layout(name) and (other is None or self.c_layout(other)) \
+            else "A"
+        t = self.fresh("M" if len(shape) == 2 else "u")
+        self.np_register(sc, t, shape, layout)
+        return lines + [f"{t} = {rhs}"], t
+
+    def np_product(self, sc, arrs):
+        """Matrix products: ``@`` and ``np.dot`` (matrix-matrix, matrix-vector,
+        vector-matrix, with transposes) and ``np.outer``."""
+        name = self.choice(sorted(arrs))
+        shape = arrs[name]
+        options = []
+        if len(shape) == 2:
+            r, c = shape
+            options += [(f"{name} @ {name}.T", (r, r)), (f"{name}.T @ {name}", (c, c)),
+                        (f"np.dot({name}, {name}.T)", (r, r))]
+            for o, s in arrs.items():
+                if len(s) == 2 and s[0] == c:
+                    options += [(f"{name} @ {o}", (r, s[1])), (f"np.dot({name}, {o})", (r, s[1]))]
+                if len(s) == 2 and s[1] == c and o != name:
+                    options.append((f"{name} @ {o}.T", (r, s[0])))
+                if s == (c,):
+                    options += [(f"{name} @ {o}", (r,)), (f"np.dot({name}, {o})", (r,))]
+                if s == (r,):
+                    options += [(f"{o} @ {name}", (c,)), (f"{name}.T @ {o}", (c,))]
+        else:
+            (n,) = shape
+            options.append((f"np.outer({name}, {name})", (n, n)))
+            for o, s in arrs.items():
+                if len(s) == 1 and o != name:
+                    options.append((f"np.outer({name}, {o})", (n, s[0])))
+                if len(s) == 2 and s[0] == n:
+                    options += [(f"{name} @ {o}", (s[1],)), (f"np.dot({name}, {o})", (s[1],))]
+                if len(s) == 2 and s[1] == n:
+                    options.append((f"{o} @ {name}", (s[0],)))
+        rhs, new = self.choice(options)
+        t = self.fresh("M" if len(new) == 2 else "u")
+        self.np_register(sc, t, new)
+        return [f"{t} = {rhs}"], t
+
+    def np_linalg(self, sc, arrs):
+        """A well-conditioned matrix built from the arrays in scope (a diagonally
+        dominant ``np.tanh(S) + (n + 1) * np.eye(n)`` or an SPD ``S @ S.T +
+        np.eye(n)``), then ``np.linalg.solve`` / ``inv`` / ``cholesky`` / ``det``."""
+        lines = []
+        if sc.wellcond and self.chance(0.5):
+            mat = self.choice(sorted(sc.wellcond))
+        else:
+            name = self.choice(sorted(arrs))
+            shape = arrs[name]
+            mat = self.fresh("M")
+            if len(shape) == 2 and shape[0] == shape[1] and self.chance(0.6):
+                n, kind = shape[0], "dominant"
+                rhs = f"np.tanh({name}) + {n + 1}.0 * np.eye({n})"
+            elif len(shape) == 2:
+                if self.chance(0.5):
+                    n, rhs = shape[0], f"{name} @ {name}.T + np.eye({shape[0]})"
+                else:
+                    n, rhs = shape[1], f"{name}.T @ {name} + np.eye({shape[1]})"
+                kind = "spd"
+            else:
+                n, kind = shape[0], "spd"
+                rhs = f"np.outer({name}, {name}) + np.eye({n})"
+            lines.append(f"{mat} = {rhs}")
+            self.np_register(sc, mat, (n, n))
+            sc.wellcond[mat] = kind
+        n = sc.arrays[mat][0]
+        ops = ["solve", "solve", "inv", "det"] + (["cholesky"] if sc.wellcond[mat] == "spd" else [])
+        op = self.choice(ops)
+        if op == "det":
+            v = self.fresh("v")
+            lines.append(f"{v} = np.linalg.det({mat})")
+            sc.floats.append(v)
+            return lines, None
+        if op == "solve":
+            rhss = [o for o, s in sorted(sc.arrays.items())
+                    if s and isinstance(s[0], int) and s[0] == n and o != mat]
+            b = self.choice(rhss) if rhss and self.chance(0.8) else \
+                f"np.ones({n}) * {self.np_scalar(sc)}"
+            new = sc.arrays.get(b, (n,))
+            rhs, layout = f"np.linalg.solve({mat}, {b})", ("C" if len(new) == 1 else "A")
+        else:
+            rhs, new, layout = f"np.linalg.{op}({mat})", (n, n), "A"
+        t = self.fresh("M" if len(new) == 2 else "u")
+        self.np_register(sc, t, new, layout)
+        return lines + [f"{t} = {rhs}"], t
+
+    def np_helper(self, sc, arrs):
+        """A call to an ``@njit`` helper that returns an array shaped like its array
+        argument."""
+        name = self.choice(sorted(arrs))
+        if self.np_helpers and self.chance(0.4):
+            helper = self.choice(self.np_helpers)
+        else:
+            helper = self.fresh("h")
+            body = self.choice([
+                ["return np.tanh(X) * p0 + X"],
+                ["e = np.exp(X - np.max(X))", "return e / np.sum(e) * p0"],
+                ["return np.maximum(X, p0) * X"],
+                ["return (X - X.mean()) * p0"],
+                ["return np.where(X > p0, X * X, X)"],
+                ["Y = np.cumsum(X.ravel()).reshape(X.shape)", "return Y * p0"],
+            ])
+            self.helper_src.append("\n".join(["@njit", f"def {helper}(X, p0):"]
+                                             + _indent(body)))
+            self.np_helpers.append(helper)
+        t = self.fresh("M" if len(arrs[name]) == 2 else "u")
+        self.np_register(sc, t, arrs[name], "C" if self.c_layout(name) else "A")
+        return [f"{t} = {helper}({name}, {self.np_scalar(sc)})"], t
+
     def ret_expr(self, sc):
         picks = list(dict.fromkeys(
             [sc.floats[-1]] + [self.choice(sc.floats) for _ in range(int(self.rng.integers(0, 3)))]))
@@ -631,6 +993,12 @@ def generate_program(rng, features=FEATURES, max_statements=7, n_points=2):
         arrays["a"] = shape
         if len(shape) == 1 and g.has("inplace") and g.chance(0.25):
             writable["a"] = shape
+    if g.has("numpy") and g.chance(0.5):
+        # a matrix for the NumPy statements
+        shape = (int(rng.integers(2, 5)), int(rng.integers(2, 5)))
+        g.params["A"] = shape
+        params.append(("A", "dup"))
+        arrays["A"] = shape
     if g.has("outputs") and g.chance(0.3):
         shape = (int(rng.integers(1, 4)),)
         g.params["out"] = shape
@@ -681,8 +1049,8 @@ def generate_program(rng, features=FEATURES, max_statements=7, n_points=2):
         for name, kind in params:
             if kind == "active":
                 pt[name] = float(rng.uniform(-2.0, 2.0))
-            elif name == "a":
-                pt[name] = rng.uniform(-1.5, 1.5, g.params["a"])
+            elif name in ("a", "A"):
+                pt[name] = rng.uniform(-1.5, 1.5, g.params[name])
             elif name == "out":
                 pt[name] = rng.uniform(-1.0, 1.0, g.params["out"])
             elif name == "w":
@@ -698,8 +1066,10 @@ def generate_program(rng, features=FEATURES, max_statements=7, n_points=2):
         points.append(pt)
     seeds = {name: rng.normal(0.0, 1.0, g.params[name]) for name, kind in params
              if kind == "dup"}
-    layout = g.has("layouts") and "a" in g.params and len(g.params["a"]) == 1 and g.chance(0.15)
-    return Program(source, params, points, seeds, bare_const=g.chance(0.3), layout_check=layout)
+    layout = g.has("layouts") and "a" in g.params and len(g.params["a"]) == 1 and \
+        not g.a_needs_c and g.chance(0.15)
+    return Program(source, params, points, seeds, bare_const=g.chance(0.3), layout_check=layout,
+                   uses_numpy=g.uses_numpy)
 
 
 # -- the instrumented pure-Python copy -------------------------------------------------
@@ -717,7 +1087,10 @@ class _Monitor:
 
     def _branch(self, diff, outcome):
         d = np.abs(np.asarray(diff, dtype=float))
-        self.diffs.append(float(d.min()) if d.size else math.inf)
+        if d.ndim and d.size:
+            self.diffs.extend(d.ravel().tolist())    # each element may be tied, or not
+        else:
+            self.diffs.append(float(d.min()) if d.size else math.inf)
         self.trace.append(outcome.tobytes() if isinstance(outcome, np.ndarray) else bool(outcome))
 
     def cmp(self, a, op, b):
@@ -760,6 +1133,40 @@ class _Monitor:
         self._branch(a - b, np.asarray(a < b))
         return min(a, b)
 
+    # NumPy's kinks: which element a reduction selects, which side of
+    # ``maximum``/``minimum``/``clip`` each element takes; a norm near 0
+    def np_max(self, x):
+        arr = np.asarray(x, dtype=float).ravel()
+        k = int(np.argmax(arr))
+        self._branch(np.delete(arr, k) - arr[k] if arr.size > 1 else math.inf, np.asarray(k))
+        return np.max(x)
+
+    def np_min(self, x):
+        arr = np.asarray(x, dtype=float).ravel()
+        k = int(np.argmin(arr))
+        self._branch(np.delete(arr, k) - arr[k] if arr.size > 1 else math.inf, np.asarray(k))
+        return np.min(x)
+
+    def np_maximum(self, a, b):
+        self._branch(np.asarray(a) - np.asarray(b), np.asarray(a > b))
+        return np.maximum(a, b)
+
+    def np_minimum(self, a, b):
+        self._branch(np.asarray(a) - np.asarray(b), np.asarray(a < b))
+        return np.minimum(a, b)
+
+    def np_clip(self, x, lo, hi):
+        x = np.asarray(x)
+        self._branch(np.concatenate([(x - lo).ravel(), (x - hi).ravel()]),
+                     np.concatenate([(x < lo).ravel(), (x > hi).ravel()]))
+        return np.clip(x, lo, hi)
+
+    def np_norm(self, x, *args):
+        value = np.linalg.norm(x, *args)
+        if value < 1e-3:
+            raise _Reject("norm near 0")
+        return value
+
 
 class _Instrument(ast.NodeTransformer):
     _OPS = {ast.Lt: "<", ast.Gt: ">", ast.LtE: "<=", ast.GtE: ">=", ast.Eq: "==",
@@ -795,11 +1202,26 @@ class _Instrument(ast.NodeTransformer):
     _SCALAR_FUNCS = {"sin", "cos", "tan", "tanh", "atan", "arctan", "exp", "log", "sqrt",
                      "erf", "hypot"}
 
+    _NP_KINKS = {"max": "_np_max", "amax": "_np_max", "min": "_np_min", "amin": "_np_min",
+                 "maximum": "_np_maximum", "minimum": "_np_minimum", "clip": "_np_clip",
+                 "abs": "_abs", "absolute": "_abs"}
+
     def visit_Call(self, node):
         self.generic_visit(node)
         func = node.func
         if isinstance(func, ast.Name) and func.id in ("abs", "max", "min"):
             node.func = ast.Name("_" + func.id, ast.Load())
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
+                func.value.id == "np" and func.attr in self._NP_KINKS:
+            node.func = ast.Name(self._NP_KINKS[func.attr], ast.Load())
+        elif isinstance(func, ast.Attribute) and func.attr == "norm" and \
+                isinstance(func.value, ast.Attribute) and func.value.attr == "linalg":
+            node.func = ast.Name("_np_norm", ast.Load())
+        elif isinstance(func, ast.Attribute) and func.attr in ("max", "min") and \
+                not node.args and not node.keywords and not (
+                    isinstance(func.value, ast.Name) and func.value.id in ("np", "math")):
+            node.args = [func.value]         # x.max() -> _np_max(x)
+            node.func = ast.Name(f"_np_{func.attr}", ast.Load())
         elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
                 func.value.id in ("math", "np") and func.attr in self._SCALAR_FUNCS:
             # a huge argument (cos(s ** 6)) makes finite differences meaningless
@@ -842,7 +1264,9 @@ def _run_instrumented(code, values):
     """(monitor, result), or (None, why) when the run is rejected."""
     mon = _Monitor()
     ns = {"math": math, "np": np, "_cmp": mon.cmp, "_den": mon.den, "_v": mon.v,
-          "_abs": mon.abs, "_max": mon.max, "_min": mon.min}
+          "_abs": mon.abs, "_max": mon.max, "_min": mon.min, "_np_max": mon.np_max,
+          "_np_min": mon.np_min, "_np_maximum": mon.np_maximum, "_np_minimum": mon.np_minimum,
+          "_np_clip": mon.np_clip, "_np_norm": mon.np_norm}
     exec(code, ns)
     try:
         with np.errstate(all="raise"):
@@ -1169,6 +1593,9 @@ def main(argv=None):
                         help="run programs in this process (a crash ends the run)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds per program before it counts as a hang")
+    parser.add_argument("--numpy-only", action="store_true",
+                        help="skip the programs without a NumPy statement (their indices "
+                             "still count)")
     parser.add_argument("--show", action="store_true", help="print every program")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1199,6 +1626,8 @@ def main(argv=None):
             prog = generate_program(program_rng(args.seed, index), features,
                                     args.max_statements, args.points)
             prog.tag = f"fuzz-{args.seed}-{index}"
+            if args.numpy_only and not prog.uses_numpy:
+                continue
             if verbose:
                 print(f"--- program {index} (seed {args.seed})\n{prog.source}")
             if worker is None:

@@ -2,13 +2,19 @@
 against central finite differences (see that script for the generator and the
 rejection of points where finite differences are unreliable).
 
-About 100 programs, in four seeded chunks of 25, with every generator feature.
+About 100 programs, in four seeded chunks of 25, with every generator feature
+but the NumPy ones (the same programs as before the fuzzer drew NumPy calls),
+and a chunk of 5 programs with NumPy statements (reductions, logsumexp,
+reshaping, cumsum/diff, where/clip/maximum, matrix products, array helpers).
+``linalg`` (solve/inv/det/cholesky) is left to the standalone fuzzer: the first
+build of each of those rules costs 10-45 s, more than this whole file may take.
 Every failure fails the test. Minimal cases of the bugs the fuzzer found are at
 the end.
-``ENZPY_FUZZ_SEED`` / ``ENZPY_FUZZ_PROGRAMS`` change the seed and the number of
-programs per chunk; a failing program is printed in full in the assertion
-message and can be re-run with ``python scripts/fuzz.py --seed S --only I``
-(with ``--max-statements 5 --points 1`` as here).
+``ENZPY_FUZZ_SEED`` / ``ENZPY_FUZZ_PROGRAMS`` / ``ENZPY_FUZZ_NUMPY_PROGRAMS``
+change the seed, the number of programs per chunk and in the NumPy chunk; a
+failing program is printed in full in the assertion message with the command
+that re-runs it (``python scripts/fuzz.py --seed S --only I --exclude ...``,
+with ``--max-statements 5 --points 1`` as here).
 """
 from __future__ import annotations
 
@@ -39,15 +45,18 @@ fuzz = _load_fuzz()
 SEED = int(os.environ.get("ENZPY_FUZZ_SEED", "20240"))
 PER_CHUNK = int(os.environ.get("ENZPY_FUZZ_PROGRAMS", "25"))
 CHUNKS = 4
+NUMPY_PROGRAMS = int(os.environ.get("ENZPY_FUZZ_NUMPY_PROGRAMS", "5"))
 MAX_STATEMENTS = 5
 POINTS = 1
-FEATURES = list(fuzz.FEATURES)
+FEATURES = [f for f in fuzz.FEATURES if f not in ("numpy", "linalg")]
+NUMPY_FEATURES = [f for f in fuzz.FEATURES if f != "linalg"]
 
 
 def _run(seed, indices, features):
     """(counts, failures)."""
     counts = {"passed": 0, "rejected": 0, "failed": 0, "invalid": 0}
     failures = []
+    exclude = ",".join(f for f in fuzz.FEATURES if f not in features)
     for index in indices:
         prog = fuzz.generate_program(fuzz.program_rng(seed, index), features, MAX_STATEMENTS,
                                      POINTS)
@@ -55,7 +64,9 @@ def _run(seed, indices, features):
         result = fuzz.run_program(prog)
         counts[result["status"]] += 1
         if result["status"] in ("failed", "invalid"):
-            text = (f"--- program {index} (seed {seed}): {result['status']}\n"
+            text = (f"--- program {index} (seed {seed}): {result['status']}; re-run with "
+                    f"python scripts/fuzz.py --seed {seed} --only {index} --max-statements "
+                    f"{MAX_STATEMENTS} --points {POINTS} --exclude {exclude}\n"
                     f"{prog.source}\n{result['detail']}")
             failures.append(text)
     return counts, failures
@@ -69,6 +80,24 @@ def test_fuzz_programs(chunk):
                           + "\n\n".join(failures))
     # most points are usable: rejection must not hide everything
     assert counts["passed"] >= PER_CHUNK // 2, counts
+
+
+def _numpy_indices(seed, count, features=NUMPY_FEATURES):
+    """The first ``count`` program indices whose program has a NumPy statement."""
+    indices, index = [], 0
+    while len(indices) < count:
+        if fuzz.generate_program(fuzz.program_rng(seed, index), features, MAX_STATEMENTS,
+                                 POINTS).uses_numpy:
+            indices.append(index)
+        index += 1
+    return indices
+
+
+def test_fuzz_numpy_programs():
+    counts, failures = _run(SEED, _numpy_indices(SEED, NUMPY_PROGRAMS), NUMPY_FEATURES)
+    assert not failures, (f"{len(failures)} of {NUMPY_PROGRAMS} programs failed ({counts}):"
+                          "\n\n" + "\n\n".join(failures))
+    assert counts["passed"] >= NUMPY_PROGRAMS // 2, counts
 
 
 # -- the generator and the rejection, without enzpy ----------------------------------------
@@ -94,6 +123,24 @@ def test_generator_covers_its_features():
                    "max(", "min(", "math.exp(", "math.log(", "math.sqrt(", " ** 3",
                    "a.size"]:
         assert needle in text, needle
+
+
+def test_generator_covers_numpy():
+    progs = [fuzz.generate_program(fuzz.program_rng(3, i)) for i in range(300)]
+    text = "\n".join(p.source for p in progs)
+    for needle in ["np.max(", ".max()", ".min()", "np.mean(", "np.prod(", "axis=0", "axis=1",
+                   "np.log(np.sum(np.exp(", ".reshape(", ".ravel()", ".T", "np.cumsum(",
+                   "np.diff(", "np.where(", "np.clip(", "np.maximum(", "np.minimum(", " @ ",
+                   "np.dot(", "np.outer(", "np.linalg.solve(", "np.linalg.inv(",
+                   "np.linalg.det(", "np.linalg.cholesky(", "np.linalg.norm(", "np.eye(",
+                   "np.array([", "np.abs("]:
+        assert needle in text, needle
+    assert sum(p.uses_numpy for p in progs) > 100
+    # without the feature, no NumPy statement and the programs drawn before it existed
+    plain = [f for f in fuzz.FEATURES if f not in ("numpy", "linalg")]
+    for i in range(20):
+        prog = fuzz.generate_program(fuzz.program_rng(3, i), plain)
+        assert not prog.uses_numpy and "np.linalg" not in prog.source
 
 
 def _program(source, params, point):
@@ -135,6 +182,29 @@ def test_ties_that_cannot_flip_are_not_rejected():
     params = [("x0", "active"), ("c0", "const")]
     point = {"x0": 0.7, "c0": 1.0}
     assert fuzz.fd_rejection(_program(src, params, point), point) is None
+
+
+def test_numpy_kinks_are_recorded():
+    """np.max / x.min() select an element, np.clip / np.maximum / np.where take a
+    side per element: a point near such a kink is rejected; exact ties that hold
+    at every finite-difference point (clipped values) are not."""
+    src = ("def f(A):\n"
+           "    m = np.max(A)\n"
+           "    return m + np.clip(A, -0.5, 0.5).sum() + np.maximum(A, 0.25).sum() + "
+           "np.where(A > 1.0, A, -A).sum() + A.min()\n")
+    params = [("A", "dup")]
+    good = {"A": np.array([[0.1, 0.9], [-0.8, 0.6]])}
+    assert fuzz.fd_rejection(_program(src, params, good), good) is None
+    for bad in ([[0.1, 0.9], [-0.8, 0.9 - 1e-6]],        # max nearly tied
+                [[0.1, 0.5 + 1e-6], [-0.8, 0.6]],        # at a clip bound
+                [[0.25 + 1e-6, 0.9], [-0.8, 0.6]],       # at maximum's kink
+                [[0.1, 0.9], [-0.8, 1.0 - 2e-5]]):       # np.where's condition
+        point = {"A": np.array(bad)}
+        assert fuzz.fd_rejection(_program(src, params, point), point) is not None, bad
+    # several elements clipped to the same bound: max is tied at every point, fine
+    tied = "def f(A):\n    return np.max(np.clip(A, -0.5, 0.5)) * A[0, 0]\n"
+    point = {"A": np.array([[0.1, 0.9], [-0.8, 0.7]])}
+    assert fuzz.fd_rejection(_program(tied, params, point), point) is None
 
 
 def test_a_wrong_derivative_is_reported():
