@@ -23,10 +23,11 @@ _METADATA = __import__("re").compile(r",\s*!\w+\s+!\d+")
 
 # Calls that receive a pointer to copied memory without reading its content as
 # data: reference counts, a meminfo's data pointer, lifetime markers.
-# (A varsize (re)allocation or free moves or drops the bytes, whatever they hold.)
 _OPAQUE_SAFE = __import__("re").compile(
-    r"^(NRT_(incref|decref|MemInfo_data_fast|MemInfo_data|MemInfo_varsize_(alloc|realloc|free))"
-    r"|llvm\.(lifetime|assume))")
+    r"^(NRT_(incref|decref|MemInfo_data_fast|MemInfo_data)|llvm\.(lifetime|assume))")
+# A varsize (re)allocation or free moves or drops the bytes, whatever they hold:
+# it tells nothing of them, so the loads and stores must.
+_VARSIZE_CALLS = __import__("re").compile(r"^NRT_MemInfo_varsize_(alloc|realloc|free)$")
 
 
 # Calls that write no memory a memset could have initialized.
@@ -228,7 +229,7 @@ class ShadowMemory:
                 if touched & roots and not touched <= roots:
                     roots |= self._merged_roots(touched)
                     grown = True
-        found, unknown = set(), False
+        found, unknown, resized = set(), False, False
         for b in self.fn.blocks:
             for other in b.instructions:
                 if other.opcode in ("load", "store"):
@@ -246,8 +247,11 @@ class ShadowMemory:
                             if other.callee else None
                         if element is not None:
                             found.add(element)
+                        elif _VARSIZE_CALLS.match(other.callee or ""):
+                            resized = True
                         elif not _OPAQUE_SAFE.match(other.callee or ""):
                             unknown = True
+        unknown |= resized and not (found - {None})
         names = [a.name for a in self.fn.args]
         for kind, name in roots:
             if kind == "arg":

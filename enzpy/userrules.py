@@ -568,6 +568,18 @@ class _Text:
             out += self.flatten(name, field)
         return out
 
+    def shadow_flag(self, has, data):
+        """The glue's flag that an array argument has a shadow: statically
+        active, and its shadow's data pointer not null (an array the analysis
+        could not prove inactive, such as a view of a Const argument reached
+        through memory, carries a null shadow at run time)."""
+        if not has:
+            return "i64 0"
+        nonnull, flag = self.fresh(), self.fresh()
+        self(f"{nonnull} = icmp ne ptr {data}, null")
+        self(f"{flag} = zext i1 {nonnull} to i64")
+        return f"i64 {flag}"
+
     def drop(self, ref, ty, numba_type):
         """Release the references a rule result ``ref`` holds (its arrays')."""
         for path, leaf in _leaves(numba_type):
@@ -660,7 +672,7 @@ class UserRule(custom.FunctionRule):
             has = activity[fields[i][4].name] == "dup"
             args += [f"{a.type} {local('~s.' + a.name) if has and k in (0, 4) else a.ref}"
                      for k, a in enumerate(fields[i])]
-            flags.append(f"i64 {int(has)}")
+            flags.append(t.shadow_flag(has, local("~s." + fields[i][4].name)))
         t(f'%status = call i32 @"{glue.rev.symbol}"(ptr %ret, ptr %exc, '
           f'{", ".join(args + flags)})')
         t("%e = load ptr, ptr %exc")
@@ -712,19 +724,18 @@ class UserRule(custom.FunctionRule):
             raise glue.forward_error
         fields = _arg_fields(fn, glue.argtypes)
         args = [f"{a.type} {a.ref}" for a in fn.args[2:]]
-        flags = []
+        flags, t = [], _Text()
         for i, kind in enumerate(glue.kinds):
             has = any(activity[a.name] != "const" for a in fields[i])
             if kind == "array":
                 args += [f"{a.type} {local(tangent_name(a.name)) if has and k in (0, 4) else a.ref}"
                          for k, a in enumerate(fields[i])]
-                flags.append(f"i64 {int(has)}")
+                flags.append(t.shadow_flag(has, local(tangent_name(fields[i][4].name))))
             elif kind == "float":
                 a = fields[i][0]
                 args.append(f"{a.type} {local(tangent_name(a.name)) if has else '0.0'}")
             else:
                 args += [f"{a.type} {a.ref}" for a in fields[i]]
-        t = _Text()
         ret_type, out_type = _model_type(glue.fwd.restype), _model_type(glue.restype)
         t(f"%ret = alloca {ret_type}")
         t(f'%status = call i32 @"{glue.fwd.symbol}"(ptr %ret, ptr {fn.args[1].ref}, '

@@ -573,3 +573,57 @@ def test_residuals_survive_later_in_place_writes():
         np.testing.assert_allclose(dx, x / np.linalg.norm(x), rtol=1e-12)
     finally:
         clear_rules(_scaled_norm)
+
+
+@njit
+def _scaled_norm_jvp(primals, tangents):
+    x, t = primals[0], tangents[0]
+    v = np.sqrt(np.sum(x * x))
+    return v, np.sum(x * t) / v
+
+
+@njit
+def _times_norm_of_view(x, w):
+    return x * np.linalg.norm(w.reshape((2, 2)))
+
+
+@njit
+def _times_det_of_transpose(x, w):
+    return x * np.linalg.det(w.reshape((2, 2)).T)
+
+
+@njit
+def _times_solve_of_view(x, w):
+    return x * np.linalg.solve(3.0 * np.eye(2), w.reshape((2, 2)))[0, 1]
+
+
+@njit
+def _times_user_rule_of_view(x, w):
+    return x * _scaled_norm(w.reshape((2, 2)).T.ravel())
+
+
+@pytest.mark.parametrize("f, value", [
+    (_times_norm_of_view, lambda w: np.linalg.norm(w)),
+    (_times_det_of_transpose, lambda w: np.linalg.det(w.reshape(2, 2))),
+    (_times_solve_of_view, lambda w: w[1] / 3.0),
+    (_times_user_rule_of_view, lambda w: np.linalg.norm(w)),
+])
+def test_rule_on_a_view_of_a_const_argument(f, value):
+    # Found by the fuzzer: a rule whose array argument is a view of a Const
+    # array (not provably inactive through memory) was handed the view's null
+    # shadow and wrote through it (a segfault in both modes).
+    defvjp(_scaled_norm, _scaled_norm_fwd, _scaled_norm_bwd)
+    enzpy.defjvp(_scaled_norm, _scaled_norm_jvp)
+    try:
+        w = np.array([2.1, 0.4, -0.5, 1.8])
+        (dx, _), = autodiff(Reverse, f, Active(0.7), Const(w.copy()))
+        assert dx == pytest.approx(value(w), rel=1e-12)
+        tangent, = autodiff(Forward, f, Duplicated(0.7, 1.0), Const(w.copy()))
+        assert tangent == pytest.approx(value(w), rel=1e-12)
+        dw = np.zeros(4)
+        autodiff(Reverse, f, Active(0.7), Duplicated(w.copy(), dw))   # and with a shadow
+        h = 1e-6
+        fd = [(f(0.7, w + h * e) - f(0.7, w - h * e)) / (2 * h) for e in np.eye(4)]
+        np.testing.assert_allclose(dw, fd, rtol=1e-6, atol=1e-8)
+    finally:
+        clear_rules(_scaled_norm)
