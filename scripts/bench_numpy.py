@@ -469,8 +469,16 @@ def main(argv=None):
                                        f"{row['vs_jax']:.2f}" if jax is not None else ""),
               flush=True)
 
+    import subprocess
+
     import numba
-    versions = (f"enzpy {getattr(enzpy, '__version__', '?')}, numba {numba.__version__}, "
+    try:
+        rev = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
+    versions = (f"enzpy {getattr(enzpy, '__version__', '?')}{f' at {rev}' if rev else ''}, "
+                f"numba {numba.__version__}, "
                 f"numpy {np.__version__}"
                 + (f", jax {jax.__version__}" if jax is not None else ""))
     intro = (f"Gradient/primal time ratios, single-threaded, median of {repeat} interleaved "
