@@ -334,6 +334,36 @@ def _raw_text(lowered: Lowered) -> str:
     return text
 
 
+# Numba's getitem of a heterogeneous tuple by a run-time index (``for a in
+# args`` over ``*args``, ``literal_unroll``) stores the item into a stack slot
+# it allocates where the getitem runs, and loads it back at the switch's end
+# (numba/cpython/tupleobj.py, getitem_typed): the slot lives within one
+# getitem, so one slot in the entry block per getitem serves every iteration.
+_TUPLE_ITEM_SLOT = re.compile(r'^\s+%"?TYPED_VALUE_SLOT\d+(\.\d+)?"? = alloca [^%]+$')
+
+
+def _hoist_tuple_item_slots(text: str) -> str:
+    """Move the stack slots of tuple getitems into their function's entry
+    block, where the cleanup's SROA removes them and reverse mode gives a slot
+    that stays in a loop a shadow."""
+    if "TYPED_VALUE_SLOT" not in text:
+        return text
+    lines, out, entry, hoisted, header = text.splitlines(), [], None, [], False
+    for line in lines + ["}"]:
+        if line.startswith("}") and entry is not None:
+            out[entry:entry] = hoisted
+            entry, hoisted = None, []
+        if _TUPLE_ITEM_SLOT.match(line):
+            hoisted.append(line)
+            continue
+        out.append(line)
+        if line.startswith("define "):
+            header = True
+        if header and line.rstrip().endswith("{"):
+            header, entry = False, len(out) + 1       # after the entry block's label
+    return "\n".join(out[:-1]) + "\n"
+
+
 _INTRINSIC_OR_RUNTIME = re.compile(r"^(llvm\.|NRT_|numba_|Py|_Py)")
 
 
@@ -355,7 +385,8 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
     (``lowered`` gains the glue of custom rules the derivative in ``mode``
     calls: for the functions ``root`` reaches, and in ``hvp``, which
     differentiates glue again, for those the glue reaches too)."""
-    module = llvm.parse_assembly(cgutils.normalize_ir_text(_raw_text(root)))
+    module = llvm.parse_assembly(cgutils.normalize_ir_text(
+        _hoist_tuple_item_slots(_raw_text(root))))
     linked = {root.symbol}
     while True:
         missing = [fn.name for fn in module.functions
@@ -383,7 +414,7 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
                 text = _compile_again(*_dispatchers[name], name)[0]
             if text is None:
                 continue     # an external symbol: rules decide about it later
-            other = llvm.parse_assembly(cgutils.normalize_ir_text(text))
+            other = llvm.parse_assembly(cgutils.normalize_ir_text(_hoist_tuple_item_slots(text)))
             for fn in other.functions:
                 if not fn.is_declaration:
                     linked.add(fn.name)

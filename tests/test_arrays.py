@@ -484,3 +484,32 @@ def test_overlapping_slices_in_place(f):
     """Raw temporaries (NRT_Allocate) get shadows, freed after the reverse of
     every use (a crash and a refusal before)."""
     check(f, [np.linspace(0.5, 1.5, 7)])
+
+
+@njit
+def _clip_between_bounds(x, lo, hi, steps):
+    # np.clip with array bounds broadcasts its three arguments with a loop over
+    # them whose tuple items Numba keeps in stack slots of the loop.
+    s = 0.0
+    for k in range(steps):
+        s += (np.clip(x, lo, hi) * x).sum() * (k + 1)
+    return s
+
+
+@pytest.mark.parametrize("steps", [0, 1, 3])
+def test_clip_with_array_bounds(steps):
+    x = np.array([-1.5, -0.2, 0.3, 0.7, 1.2, 2.0])
+    lo, hi = np.full(6, -0.5) + 0.01 * np.arange(6), np.full(6, 0.9)
+    inside = (x > lo) & (x < hi)
+    scale = steps * (steps + 1) / 2
+    shadows = [np.zeros(6) for _ in range(3)]
+    autodiff(Reverse, _clip_between_bounds, *[Duplicated(a.copy(), d) for a, d in
+                                             zip((x, lo, hi), shadows)], Const(steps))
+    np.testing.assert_allclose(shadows[0], scale * (np.clip(x, lo, hi) + x * inside))
+    np.testing.assert_allclose(shadows[1], scale * x * (x <= lo))
+    np.testing.assert_allclose(shadows[2], scale * x * (x >= hi))
+    direction = np.linspace(-1.0, 1.0, 6)
+    (tangent,) = enzpy.autodiff(enzpy.Forward, _clip_between_bounds,
+                                Duplicated(x.copy(), direction), Const(lo), Const(hi),
+                                Const(steps))
+    assert tangent == pytest.approx(shadows[0] @ direction, rel=1e-12, abs=1e-12)

@@ -88,7 +88,6 @@ def cases():
 REFUSED = {
     ("dict_of_arrays_1d_f64", "reverse"): "numba.typed.Dict",
     ("dict_of_arrays_1d_f64", "forward"): "numba.typed.Dict",
-    ("clip_array_bounds_1d_f64", "reverse"): "alloca of float memory inside a loop",
 }
 
 
