@@ -12,10 +12,11 @@ import numba
 import numpy as np
 from numba.core.registry import cpu_target
 
-from . import arguments, diskcache
+from . import arguments, diskcache, fastpath
 from .arguments import check_shadow, rebuild_adjoint, strided_like
 from .cache import STATS
-from .pipeline import build, entries as _entries, reports as _reports, typed_signature
+from .pipeline import build, entries as _entries, fast_paths as _fast_paths
+from .pipeline import reports as _reports, typed_signature
 
 
 # -- modes and annotations -----------------------------------------------------
@@ -138,20 +139,31 @@ def _check_shadows(args):
 
 
 def _shadow_values(args, positions):
-    """The shadows to pass, and (shadow, stand-in) pairs to copy back after the
-    call: a shadow array laid out unlike its array (e.g. ``np.zeros_like`` of a
-    strided view, which is contiguous) is replaced by a stand-in with the
-    array's strides, since the derivative addresses shadows like primals."""
+    """The shadows to pass, each checked against its primal (``check_shadow``
+    says what does not fit), and (shadow, stand-in) pairs to copy back after
+    the call: a shadow array laid out unlike its array (e.g. ``np.zeros_like``
+    of a strided view, which is contiguous) is replaced by a stand-in with the
+    array's strides, since the derivative addresses shadows like primals.
+    Nothing is written before every shadow has passed."""
     shadows, copies = [], None
     for i in positions:
         a = args[i]
-        dx = a.dval
-        if type(dx) is np.ndarray and dx.strides != a.val.strides:
-            stand_in = strided_like(a.val)
-            stand_in[...] = dx
-            copies = (copies or []) + [(dx, stand_in)]
-            dx = stand_in
+        x, dx = a.val, a.dval
+        if type(x) is np.ndarray:
+            if type(dx) is not np.ndarray or dx.shape != x.shape or dx.dtype != x.dtype \
+                    or not dx.flags.writeable or np.may_share_memory(x, dx):
+                check_shadow(i, x, dx)
+            if dx.strides != x.strides:
+                copies = (copies or []) + [(dx, i)]
+        elif not _is_float_scalar(x):
+            check_shadow(i, x, dx)
         shadows.append(dx)
+    if copies:
+        for k, (dx, i) in enumerate(copies):
+            stand_in = strided_like(args[i].val)
+            stand_in[...] = dx
+            shadows[positions.index(i)] = stand_in
+            copies[k] = (dx, stand_in)
     return shadows, copies
 
 
@@ -182,12 +194,15 @@ def _signature_key(arg):
     return (cls, _type_key(value))
 
 
+# The array flags Numba's type of an array depends on: its layout (C or F
+# contiguous, or any), whether it is read-only, and its alignment.
+_TYPE_FLAGS = 0x1 | 0x2 | 0x100 | 0x400     # NPY_ARRAY_{C,F}_CONTIGUOUS, ALIGNED, WRITEABLE
+
+
 def _type_key(value):
     """What Numba's type of ``value`` depends on; much cheaper than ``typeof`` for arrays."""
     if type(value) is np.ndarray:
-        flags = value.flags
-        return (value.dtype, value.ndim, flags.c_contiguous, flags.f_contiguous,
-                flags.writeable, flags.aligned)
+        return (value.dtype, value.ndim, value.flags.num & _TYPE_FLAGS)
     return numba.typeof(value)
 
 
@@ -200,6 +215,15 @@ def autodiff(mode, f, *args):
     ``Duplicated`` arguments (a ``Duplicated`` array's shadow receives the
     tangent of what ``f`` writes there); ``ForwardWithPrimal``: ``(tangent, primal)``.
     """
+    try:
+        paths = _fast_paths.get((f, mode))
+    except TypeError:               # an unhashable f: the general path says what is wrong
+        paths = None
+    if paths is not None:
+        for fast in paths:
+            out = fast(args)
+            if out is not fastpath.MISS:
+                return out
     if not isinstance(mode, Mode):
         raise TypeError(f"autodiff: the first argument must be a mode (Reverse, "
                         f"ReverseWithPrimal, Forward, ForwardWithPrimal), got {mode!r}")
@@ -213,8 +237,6 @@ def autodiff(mode, f, *args):
                       "reverse" if mode.reverse else "forward", key)
     else:
         STATS.hits += 1
-        if entry.shadow_positions:
-            _check_shadows(args)
     values = [a.val if type(a) in _ANNOTATIONS else a for a in args]
     _check_aliases(entry, values)
     shadows, copies = _shadow_values(args, entry.shadow_positions)
@@ -222,6 +244,8 @@ def autodiff(mode, f, *args):
     if copies:
         for dx, stand_in in copies:
             dx[...] = stand_in
+    else:
+        _add_fast_path(f, mode, entry, args)
     if not mode.reverse:
         tangent = out[0] if entry.returns_tangent else None
         if type(tangent) is tuple:
@@ -239,6 +263,19 @@ def autodiff(mode, f, *args):
         k += count
     grads = tuple(grads)
     return (grads, out[k]) if mode.with_primal else (grads,)
+
+
+def _add_fast_path(f, mode, entry, args):
+    """Calls shaped like ``args`` take a generated path next time (fastpath.py)."""
+    paths = _fast_paths.get((f, mode))
+    if paths is not None and (len(paths) >= fastpath.KEPT_PER_FUNCTION
+                              or entry in (p.entry for p in paths)):
+        return          # (a call style that keeps missing stays on the general path)
+    fast = fastpath.generate(entry, mode, args, _ANNOTATIONS, _TYPE_FLAGS, STATS,
+                             _float_tangents)
+    if fast is not None:
+        fast.entry = entry
+        _fast_paths[(f, mode)] = [fast] + (paths or [])
 
 
 def _float_tangents(tangent):

@@ -111,6 +111,8 @@ class Entry:
 
 
 entries: dict = {}
+# (function, mode) -> generated cache-hit paths of autodiff (fastpath.py), dropped with entries
+fast_paths: dict = {}
 reports: dict = {}
 _lock = threading.RLock()
 

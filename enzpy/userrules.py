@@ -143,6 +143,7 @@ def _changed():
         cache.SHARED.clear()
     _trampolines.clear()
     pipeline.entries.clear()
+    pipeline.fast_paths.clear()
 
 
 # -- which calls have a rule -----------------------------------------------------------

@@ -1,0 +1,125 @@
+"""The cache-hit path of ``autodiff`` as generated Python: one small function
+per built derivative and call style, checking the arguments' kinds inline.
+
+``autodiff`` finds a derivative by a key of the arguments' annotations and
+Numba types, then checks the shadows, aliasing and the layout of each shadow.
+For plain arguments (float scalars and arrays, annotated or not) all of that
+becomes a handful of ``is`` and ``==`` tests written out per argument, so a
+repeated call costs little more than Numba's own dispatch. Anything the
+guards do not recognise (another type, a shadow that does not fit, shared
+memory, a shadow laid out unlike its array) returns ``MISS`` and takes the
+general path, which raises the right error or handles the case.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+MISS = object()
+# Fast paths kept per (dispatcher, mode): most recent first.
+KEPT_PER_FUNCTION = 4
+
+def _dead():
+    return None
+
+
+_SCALAR_TYPES = (float, int, bool, np.float64, np.float32, np.int64, np.int32, np.bool_)
+
+
+def generate(entry, mode, args, annotations, type_flags, stats, float_tangents):
+    """A function ``fast(args)`` returning ``autodiff``'s result for calls
+    shaped like ``args`` (a tuple), or ``MISS``; None when ``args`` holds a kind
+    the guards do not cover (containers, objects, tuples of floats)."""
+    active, const, duplicated = annotations
+    names = {"MISS": MISS, "ndarray": np.ndarray, "share": np.may_share_memory,
+             "ref": weakref.ref,
+             "call": entry.call, "report": entry.report, "stats": stats,
+             "float_tangents": float_tangents,
+             "Active": active, "Const": const, "Duplicated": duplicated}
+    lines, values, shadows = [], [], []
+
+    def bind(obj, hint):
+        name = f"{hint}{len(names)}"
+        names[name] = obj
+        return name
+
+    def guard_value(v, x):
+        """Guards that ``v`` has the Numba type of the value ``x``."""
+        if type(x) in _SCALAR_TYPES:
+            lines.append(f"    if type({v}) is not {bind(type(x), 't')}: return MISS")
+            return True
+        if type(x) is np.ndarray and x.dtype.fields is None:
+            lines.append(f"    if type({v}) is not ndarray or {v}.dtype is not "
+                         f"{bind(x.dtype, 'dt')} or {v}.ndim != {x.ndim} or "
+                         f"{v}.flags.num & {type_flags} != {x.flags.num & type_flags}: "
+                         f"return MISS")
+            return True
+        return False
+
+    for i, a in enumerate(args):
+        cls = type(a)
+        v = f"v{i}"
+        if cls in (active, const, duplicated):
+            lines.append(f"    if type(a{i}) is not {cls.__name__}: return MISS")
+            lines.append(f"    {v} = a{i}.val")
+            x = a.val
+        else:
+            lines.append(f"    {v} = a{i}")
+            x = a
+        if not guard_value(v, x):
+            return None
+        if cls is active and type(x) is np.ndarray:
+            return None
+        values.append(v)
+        if cls is duplicated:
+            d, dx = f"d{i}", a.dval
+            lines.append(f"    {d} = a{i}.dval")
+            if type(x) is np.ndarray:
+                lines.append(f"    if type({d}) is not ndarray or {d}.shape != {v}.shape or "
+                             f"{d}.dtype is not {v}.dtype or {d}.strides != {v}.strides or "
+                             f"not {d}.flags.writeable: return MISS")
+                # An array's memory stays where it is while the array lives: a pair
+                # found apart need not be compared again (weak references: the
+                # arrays are not kept alive).
+                # (one tuple, read and replaced whole: threads never see half a pair)
+                cell = bind([(_dead, _dead)], "apart")
+                lines += [f"    p = {cell}[0]",
+                          f"    if p[0]() is not {v} or p[1]() is not {d}:",
+                          f"        if share({v}, {d}): return MISS",
+                          f"        {cell}[0] = ref({v}), ref({d})"]
+            elif type(dx) in _SCALAR_TYPES:
+                lines.append(f"    if type({d}) is not {bind(type(dx), 't')}: return MISS")
+            else:
+                return None
+            shadows.append(d)
+    if entry.shadow_positions != [i for i, a in enumerate(args) if type(a) is duplicated]:
+        return None
+    for written, reread in entry.alias_checks:
+        lines.append(f"    if share(v{written}, v{reread}): return MISS")
+    lines.append(f"    out = call({', '.join(values + shadows)})")
+    lines.append("    stats.hits += 1")
+    if mode.reverse:
+        if list(entry.adjoint_counts) != [1] * len(entry.active_positions):
+            return None
+        lines.append("    if out[-1] > report.peak_tape_bytes: report.peak_tape_bytes = out[-1]")
+        grads = ["None"] * len(args)
+        for k, pos in enumerate(entry.active_positions):
+            grads[pos] = f"out[{k}]"
+        result = f"({', '.join(grads)},)"
+        k = len(entry.active_positions)
+        lines.append(f"    return ({result}, out[{k}])" if mode.with_primal else
+                     f"    return ({result},)")
+    else:
+        if entry.returns_tangent:
+            lines.append("    tangent = out[0]")
+            lines.append("    if type(tangent) is tuple: tangent = float_tangents(tangent)")
+        else:
+            lines.append("    tangent = None")
+        lines.append("    return (tangent, out[-2])" if mode.with_primal else
+                     "    return (tangent,)")
+    unpack = f"    if len(a) != {len(args)}: return MISS\n" + \
+        (f"    {''.join(f'a{i}, ' for i in range(len(args)))}= a\n" if args else "")
+    source = "def fast(a):\n" + unpack + "\n".join(lines) + "\n"
+    exec(compile(source, "<enzpy fast path>", "exec"), names)
+    return names["fast"]

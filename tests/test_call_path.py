@@ -1,0 +1,120 @@
+"""The cache-hit path of autodiff (enzpy/fastpath.py): repeated calls give the first call's
+results, and every argument check still holds once the generated path exists."""
+import numpy as np
+import pytest
+from numba import njit
+
+import enzpy
+from enzpy import (Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse,
+                   ReverseWithPrimal, autodiff, pipeline)
+
+
+@njit
+def weighted(a, x, c):
+    return a * (x ** 2).sum() + c
+
+
+@njit
+def reads_after_write(x, y):
+    for i in range(y.shape[0]):
+        y[i] = 2.0 * x[i]
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * y[i]
+    return s
+
+
+X = np.array([0.5, -1.0, 2.0])
+
+
+def _reverse(mode, a=2.0, x=X):
+    dx = np.zeros_like(x)
+    out = autodiff(mode, weighted, Active(a), Duplicated(x.copy(), dx), Const(1.0))
+    return out, dx
+
+
+@pytest.mark.parametrize("mode", [Reverse, ReverseWithPrimal])
+def test_repeated_reverse_calls_match_the_first(mode):
+    first, dx = _reverse(mode)
+    assert first[0] == (pytest.approx((X ** 2).sum()), None, None)
+    np.testing.assert_allclose(dx, 4.0 * X)
+    if mode is ReverseWithPrimal:
+        assert first[1] == pytest.approx(2.0 * (X ** 2).sum() + 1.0)
+    hits = enzpy.cache_info()["hits"]
+    for _ in range(3):
+        again, dx_again = _reverse(mode)
+        assert again == first
+        np.testing.assert_array_equal(dx_again, dx)
+    assert enzpy.cache_info()["hits"] == hits + 3
+    assert (weighted, mode) in pipeline.fast_paths
+
+
+@pytest.mark.parametrize("mode", [Forward, ForwardWithPrimal])
+def test_repeated_forward_calls_match_the_first(mode):
+    results = [autodiff(mode, weighted, Duplicated(2.0, 1.0), Duplicated(X.copy(), np.ones(3)),
+                        1.0) for _ in range(3)]
+    want = (X ** 2).sum() + 4.0 * X.sum()
+    assert results[0][0] == pytest.approx(want)
+    assert results[1] == results[0] == results[2]
+
+
+def test_checks_still_hold_once_the_path_exists():
+    _reverse(Reverse)
+    _reverse(Reverse)
+    x = X.copy()
+    with pytest.raises(ValueError, match="shape"):
+        autodiff(Reverse, weighted, Active(2.0), Duplicated(x, np.zeros(4)), Const(1.0))
+    with pytest.raises(ValueError, match="shares memory"):
+        autodiff(Reverse, weighted, Active(2.0), Duplicated(x, x), Const(1.0))
+    with pytest.raises(ValueError, match="shares memory"):       # a view of the array
+        autodiff(Reverse, weighted, Active(2.0), Duplicated(x, x[::-1]), Const(1.0))
+    readonly = np.zeros(3)
+    readonly.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        autodiff(Reverse, weighted, Active(2.0), Duplicated(x, readonly), Const(1.0))
+    with pytest.raises(TypeError, match="float"):
+        autodiff(Reverse, weighted, Active(2), Duplicated(x, np.zeros(3)), Const(1.0))
+    assert (x == X).all()
+
+
+def test_other_kinds_of_arguments_after_the_path_exists():
+    _reverse(Reverse)
+    _reverse(Reverse)
+    (da, _, _), = autodiff(Reverse, weighted, Const(2.0), Duplicated(X.copy(), np.zeros(3)),
+                           Const(1.0))
+    assert da is None
+    wide = np.array([0.5, 7.0, -1.0, 7.0, 2.0, 7.0])
+    strided, dx = wide[::2], np.zeros(3)                   # a shadow laid out otherwise
+    (da, _, _), = autodiff(Reverse, weighted, Active(2.0), Duplicated(strided, dx), Const(1.0))
+    np.testing.assert_allclose(dx, 4.0 * X)
+    single = X.astype(np.float32)
+    dx32 = np.zeros(3, np.float32)
+    (da, _, _), = autodiff(Reverse, weighted, Active(2.0), Duplicated(single, dx32), Const(1.0))
+    np.testing.assert_allclose(dx32, 4.0 * single, rtol=1e-6)
+
+
+def test_arrays_that_share_memory_are_refused_on_every_call():
+    x = X.copy()
+    for _ in range(2):
+        autodiff(Reverse, reads_after_write, Duplicated(x.copy(), np.zeros(3)),
+                 Duplicated(np.zeros(3), np.zeros(3)))
+    with pytest.raises(ValueError, match="share memory"):
+        autodiff(Reverse, reads_after_write, Duplicated(x, np.zeros(3)),
+                 Duplicated(x, np.zeros(3)))
+
+
+def test_changed_rules_drop_the_generated_paths():
+    _reverse(Reverse)
+    _reverse(Reverse)
+    assert pipeline.fast_paths
+
+    @njit
+    def unrelated(v):
+        return v
+    enzpy.inactive(unrelated)
+    try:
+        assert not pipeline.fast_paths
+        again, dx = _reverse(Reverse)
+        np.testing.assert_allclose(dx, 4.0 * X)
+    finally:
+        enzpy.clear_rules(unrelated)
