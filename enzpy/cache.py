@@ -27,7 +27,8 @@ from .forward import FORWARD_RUNTIME, ForwardDerivative, ForwardGenerator
 from .irtext import definitions
 from .reverse import FunctionDerivative, ReverseGenerator
 from .runtime import MEMORY_RUNTIME
-from .tape import ACQUIRE, EXCINFO_FIELD, FREE, PEAK_FIELD, RUNTIME, STATUS_FIELD, TAPE_TYPE
+from .tape import (ACQUIRE, EXCINFO_FIELD, FREE, PEAK_FIELD, RUNTIME, SINK_WRITE,
+                   STATUS_FIELD, TAPE_TYPE)
 
 _BLOCK_LABEL = re.compile(r"^B(\d+)")
 _TANGENT_NAME = re.compile(r"^enzpy\.f\d+\.(.*)\.fwd$")
@@ -99,7 +100,8 @@ class ModuleBuilder:
             "llvm.memset.p0.i64": "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
             "llvm.memcpy.p0.p0.i64": "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
             "llvm.pow.f64": "declare double @llvm.pow.f64(double, double)",
-            "llvm.pow.f32": "declare float @llvm.pow.f32(float, float)"}
+            "llvm.pow.f32": "declare float @llvm.pow.f32(float, float)",
+            "llvm.assume": "declare void @llvm.assume(i1)"}
         self.texts = []
         self._pending = []
         name_parallel_loops(module)
@@ -286,20 +288,29 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
     seed, reverse, free.
 
     ``out`` receives ``{ adjoints..., primal, i64 peak tape bytes }``;
-    ``shadows`` lists, per shadow argument, the LLVM types of its parameters
-    and the positions among them of the shadows of the root's 'dup'
-    parameters, in order.
+    ``shadows`` lists, per shadow argument, the LLVM types of its parameters,
+    the positions among them of the shadows of the root's 'dup' parameters,
+    in order, and the positions of array data pointers among those.
+
+    An array's data pointer is never null (NumPy allocates even empty arrays),
+    so the entry passes a pointer known not to be: inlined into the entry, the
+    derivative then drops its per-element tests for null shadows and its
+    loops over the array can vectorise. (An empty array, whose memory is
+    never read, gets the write sink should it be null after all.)
     """
     fn = root.fn
     user = fn.args[2:]
-    shadow_params = [(t, f"%s{j}.{k}") for j, (types_, _) in enumerate(shadows)
+    shadow_params = [(t, f"%s{j}.{k}") for j, (types_, _, _) in enumerate(shadows)
                      for k, t in enumerate(types_)]
+    data = [(f"%s{j}.{k}", f"%s{j}.{k}.nonnull") for j, (_, _, positions) in enumerate(shadows)
+            for k in positions]
     params = ", ".join([f"{a.type} {local(a.name)}" for a in user]
                        + [f"{t} {ref}" for t, ref in shadow_params])
     args = ["ptr %ret", "ptr %excinfo"] + [f"{a.type} {local(a.name)}" for a in user]
     if return_active:
         args.append("ptr %shadow.ret")
-    args += [f"ptr %s{j}.{k}" for j, (_, fields) in enumerate(shadows) for k in fields]
+    args += [f"ptr %s{j}.{k}{'.nonnull' if k in data_fields else ''}"
+             for j, (_, fields, data_fields) in enumerate(shadows) for k in fields]
     args.append("ptr %tape")
     argtext = ", ".join(args)
     adj_types = [a.type for a in root.adjoint_args]
@@ -314,6 +325,9 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
         f"  store {ret_slot_type} zeroinitializer, ptr %ret",
         f"  %shadow.ret = alloca {_slot(ret_slot_type)}",
         f"  store {ret_slot_type} zeroinitializer, ptr %shadow.ret",
+    ] + [line for given, nonnull in data for line in (
+        f"  {nonnull}.is_null = icmp eq ptr {given}, null",
+        f"  {nonnull} = select i1 {nonnull}.is_null, ptr @{SINK_WRITE}, ptr {given}")] + [
         f"  %status = call i32 @\"{root.aug_name}\"({argtext})",
         "  %is_ok = icmp eq i32 %status, 0",
         "  %is_none = icmp eq i32 %status, -2",

@@ -28,6 +28,9 @@ class Emitter:
     def __init__(self, prefix: str = "t"):
         self.lines = []
         self.declarations = {}      # name -> 'declare ...' text
+        # shadow address -> the i1 saying its shadow is null (the test of the
+        # pointer it was computed from: see memory.ShadowMemory.shadow_value)
+        self.null_tests = {}
         self._ids = itertools.count()
         self._prefix = prefix
 

@@ -99,9 +99,20 @@ class ShadowMemory:
             return sink
         if self._never_null(ptr):
             return ptr
+        return self.e.define("ptr", f"select i1 {self._null_test(ptr).ref}, ptr {sink.ref}, "
+                                    f"ptr {ptr.ref}")
+
+    def _null_test(self, ptr: Value) -> Value:
+        """An i1 true when the shadow pointer ``ptr`` is null. An address
+        computed from a shadow is null exactly when that shadow is: its test is
+        the one of the pointer it came from, so after inlining into the entry
+        (which passes array shadows known not to be null) every test of a loop
+        over an array folds away and the loop can vectorise."""
         e = self.e
-        is_null = e.define("i1", f"icmp eq ptr {ptr.ref}, null")
-        return e.define("ptr", f"select i1 {is_null.ref}, ptr {sink.ref}, ptr {ptr.ref}")
+        test = e.null_tests.get(ptr.ref)
+        if test is None:
+            test = e.define("i1", f"icmp eq ptr {ptr.ref}, null")
+        return test
 
     def _never_null(self, ptr: Value) -> bool:
         name = ptr.name[len("~s."):] if ptr.name.startswith("~s.") else None
@@ -321,16 +332,22 @@ class ShadowMemory:
             flags = "inbounds " if " inbounds " in ins.text else ""
             indices = "".join(f", {i.type} {primal(i).ref}" for i in ins.operands[1:])
             text = f"getelementptr {flags}{ins.source_type}, ptr {base.ref}{indices}"
+            is_null = None
             if base.ref != "null" and not self._never_null(base):
                 address = e.define(ty, text)
-                is_null = e.define("i1", f"icmp eq ptr {base.ref}, null")
+                is_null = self._null_test(base)
                 text = f"select i1 {is_null.ref}, ptr null, ptr {address.ref}"
         else:
+            is_null = None
             text = self._shadow_text(ins, primal, shadow)
         if name is None:
-            return e.define(ty, text)
-        e.emit(f"{local(name)} = {text}")
-        return Value(local(name), ty, "inst", name)
+            result = e.define(ty, text)
+        else:
+            e.emit(f"{local(name)} = {text}")
+            result = Value(local(name), ty, "inst", name)
+        if is_null is not None:
+            e.null_tests[result.ref] = is_null
+        return result
 
     def _shadow_text(self, ins, primal, shadow) -> str:
         """The same computation as ``ins`` (but a getelementptr), on shadows."""

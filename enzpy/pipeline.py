@@ -120,6 +120,7 @@ _lock = threading.RLock()
 # Numba passes an array as (meminfo, parent, nitems, itemsize, data, shape..., strides...):
 # the meminfo and the data pointer get shadows.
 ARRAY_SHADOWED_FIELDS = (0, 4)
+ARRAY_DATA_FIELD = 4
 
 
 @dataclass
@@ -374,7 +375,8 @@ class Build:
                                     **self._sharing())
             root = _generate(builder, symbol, activity, name or primal.low.name)
             entry_name = self._entry_name(symbol)
-            shadows = [(self._flat_types(shadow), lay.shadow_fields)
+            shadows = [(self._flat_types(shadow), lay.shadow_fields,
+                        (ARRAY_DATA_FIELD,) if isinstance(shadow, types.Array) else ())
                        for (kind, _, shadow), lay in zip(self.signature, layouts)
                        if kind == "Duplicated"]
             text = builder.module_text(entry_function(

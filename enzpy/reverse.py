@@ -245,15 +245,25 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         scaled = e.define(ty, f"mul {ty} {k.ref}, {step.ref}")
         if not op.startswith("gep"):
             init = self.primal(init, block, depth)
-            return e.define(ty, f"{op} {ty} {init.ref}, {scaled.ref}")
+            value = e.define(ty, f"{op} {ty} {init.ref}, {scaled.ref}")
+            if op == "add" and step.ref == "1" and init.kind == "const" and \
+                    init.ref.lstrip("-").isdigit() and int(init.ref) >= 0:
+                # ``for i in range(a, n)``: i = a + k is never negative, which
+                # LLVM cannot see in a loop counting down; told, it drops
+                # Numba's wrap-around of negative indices and can vectorise.
+                nonnegative = e.define("i1", f"icmp sge {ty} {value.ref}, 0")
+                e.emit(f"call void @llvm.assume(i1 {nonnegative.ref})")
+            return value
         base = self.shadow(init, block, depth) if shadow else self.primal(init, block, depth)
         if base.ref == "null":
             return base
         address = e.define("ptr", f"getelementptr {op[4:]}, ptr {base.ref}, {ty} {scaled.ref}")
         if not shadow:
             return address
-        is_null = e.define("i1", f"icmp eq ptr {base.ref}, null")
-        return e.define("ptr", f"select i1 {is_null.ref}, ptr null, ptr {address.ref}")
+        is_null = self._null_test(base)
+        value = e.define("ptr", f"select i1 {is_null.ref}, ptr null, ptr {address.ref}")
+        e.null_tests[value.ref] = is_null
+        return value
 
     def _recompute(self, key, ins, block, depth) -> Value:
         e = self.e
@@ -340,9 +350,15 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         slot = e.call(POP, "ptr", [Value('%"enzpy.tape"', "ptr", "arg"), Value(str(size), "i64", "const")])
         offset = 0
         for key, ty in pushed.items():
-            e.emit(f"{local(f'~rv.{b.name}.{key[0]}.{key[1]}')} = load {ty}, ptr "
-                   f"{slot_at(e, slot, offset)}, align 8")
+            value = local(f'~rv.{b.name}.{key[0]}.{key[1]}')
+            e.emit(f"{value} = load {ty}, ptr {slot_at(e, slot, offset)}, align 8")
             offset += slot_bytes(ty)
+            if key[1].startswith("~ctr."):
+                # A trip count is never negative: told so, LLVM sees that the
+                # reverse loop's recomputed indices are too (no wrap-around of
+                # negative indices), and can vectorise the loop.
+                nonnegative = e.define("i1", f"icmp sge i64 {value}, 0")
+                e.emit(f"call void @llvm.assume(i1 {nonnegative.ref})")
         if self._needs_edge(b):
             e.emit(f"{local(f'~edge.{b.name}')} = load i32, ptr {slot_at(e, slot, offset)}, align 8")
 

@@ -513,3 +513,29 @@ def test_clip_with_array_bounds(steps):
                                 Duplicated(x.copy(), direction), Const(lo), Const(hi),
                                 Const(steps))
     assert tangent == pytest.approx(shadows[0] @ direction, rel=1e-12, abs=1e-12)
+
+
+@njit
+def _squares_weighted(x, w):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += w[i] * x[i] * x[i]
+    return s
+
+
+def test_reverse_of_an_elementwise_loop_is_vectorised():
+    # The reverse loop (dx[i] += 2 w[i] x[i] ds) is elementwise: with no
+    # per-element null tests of shadows and no wrap-around of negative
+    # indices left, LLVM's loop vectoriser turns it into vector instructions.
+    import re
+
+    from enzpy import pipeline
+    x, w = np.linspace(-1.0, 1.0, 1001), np.linspace(0.5, 2.0, 1001)
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    autodiff(Reverse, _squares_weighted, Duplicated(x, dx), Duplicated(w, dw))
+    np.testing.assert_allclose(dx, 2.0 * w * x)
+    np.testing.assert_allclose(dw, x * x)
+    entry, = [e for key, e in pipeline.entries.items() if key[0] is _squares_weighted]
+    ir = entry.library.get_llvm_str()
+    reverse = ir[ir.index(".rev"):]
+    assert re.search(r"<\d+ x double>", reverse), "the reverse loop was not vectorised"
