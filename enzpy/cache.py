@@ -26,7 +26,7 @@ from .blas import BLAS_RUNTIME
 from .forward import FORWARD_RUNTIME, ForwardDerivative, ForwardGenerator
 from .irtext import definitions
 from .reverse import FunctionDerivative, ReverseGenerator
-from .runtime import MEMORY_RUNTIME
+from .runtime import FREE_SHADOW_FUNCTION, MEMORY_RUNTIME, RESIZE_SHADOW_FUNCTION
 from .tape import (ACQUIRE, EXCINFO_FIELD, FREE, PEAK_FIELD, RUNTIME, SINK_WRITE,
                    STATUS_FIELD, TAPE_TYPE)
 
@@ -222,6 +222,8 @@ class ModuleBuilder:
             symbol = tangent.group(1)
         low = self.lowered.get(symbol)
         name = low.name if low is not None else demangle(symbol)
+        if symbol in _RUNTIME_PURPOSE:      # enzpy's own helper, in code differentiated again
+            return f" in {_RUNTIME_PURPOSE[symbol]} (second order through it is not supported)"
         text = f" in function '{name}'"
         if low is not None:
             if symbol not in self._lines:
@@ -269,6 +271,12 @@ class ModuleBuilder:
             decls += d.declarations()
         return "\n".join([primal, *helpers, *decls, *self.texts, entry])
 
+
+# What enzpy's runtime helpers do, for messages about code that reaches them.
+_RUNTIME_PURPOSE = {
+    RESIZE_SHADOW_FUNCTION: "the first-order derivative's resizing of a list's shadow (the "
+                            "list grows: append, np.split)",
+    FREE_SHADOW_FUNCTION: "the first-order derivative's freeing of a list's shadow"}
 
 # The helpers derivative code calls, by name.
 _REVERSE_RUNTIME = {**definitions(RUNTIME), **definitions(MEMORY_RUNTIME),

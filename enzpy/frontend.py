@@ -175,12 +175,15 @@ def data_pointer_types(ctx, argtypes, restype) -> dict:
     """LLVM parameter index -> what the memory it points to holds: a float
     type for float arrays' data, ``'int'`` for integer and boolean arrays' data
     and strings' characters; index 0 (the return pointer) when the result
-    holds arrays of one float type."""
+    holds arrays of one float type, or only integer and boolean arrays."""
     table, index = {}, 2          # after retptr and excinfo
-    returned = {_FLOAT_NAMES.get(t.dtype.bitwidth) for t in _array_leaves(restype)
+    leaves = _array_leaves(restype)
+    returned = {_FLOAT_NAMES.get(t.dtype.bitwidth) for t in leaves
                 if isinstance(t.dtype, types.Float)}
     if len(returned) == 1:
         table[0] = returned.pop()
+    elif leaves and all(isinstance(t.dtype, (types.Integer, types.Boolean)) for t in leaves):
+        table[0] = "int"
     for ty in argtypes:
         if isinstance(ty, types.Array) and isinstance(ty.dtype, types.Float):
             table[index + 4] = _FLOAT_NAMES[ty.dtype.bitwidth]

@@ -198,6 +198,67 @@ def _eigvalsh_jvp(primals, tangents):
 _rule("eigvalsh_impl", _eigvalsh_fwd, _eigvalsh_bwd, _eigvalsh_jvp)
 
 
+# -- eigvals(a) of a real matrix with real eigenvalues: a = v diag(w) v^-1 ----------------------
+# dw = diag(v^-1 da v), so abar = v^-T diag(g) v^T. (Numba raises for complex eigenvalues.)
+def _eigvals_fwd(a):
+    w, v = np.linalg.eig(a)
+    return w, v
+
+
+def _eigvals_bwd(v, g):
+    return (np.linalg.solve(v.T, _as_column(g) * v.T),)
+
+
+def _eigvals_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    w, v = np.linalg.eig(a)
+    return w, np.diag(np.linalg.solve(v, da @ v)).copy()
+
+
+_rule("eigvals_impl", _eigvals_fwd, _eigvals_bwd, _eigvals_jvp, inner="real_eigvals_impl")
+
+
+# -- eig(a) = (w, v) of a real matrix with real eigenvalues, columns of v of unit norm ----------
+# With m = v^-1 da v: dw = diag(m), dv = p(v (f o m)), f[i, j] = 1 / (w[j] - w[i]) off the
+# diagonal, 0 on it, and p(x) = x - v diag(diag(v^T x)) keeping the columns' norms.
+@njit
+def _eig_f(w):
+    f = w.reshape(1, -1) - w.reshape(-1, 1)
+    n = w.shape[0]
+    for i in range(n):
+        f[i, i] = 1.0
+    f = 1.0 / f
+    for i in range(n):
+        f[i, i] = 0.0
+    return f
+
+
+def _eig_fwd(a):
+    w, v = np.linalg.eig(a)
+    return (w, v), (w, v)
+
+
+def _eig_bwd(res, g):
+    w, v = res
+    gw, gv = g
+    vt = np.ascontiguousarray(v.T)
+    kept = gv - v * np.sum(v * gv, axis=0).reshape(1, -1)       # the adjoint of p
+    mbar = np.diag(gw) + _eig_f(w) * (vt @ kept)
+    return (np.linalg.solve(vt, mbar @ vt),)
+
+
+def _eig_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    w, v = np.linalg.eig(a)
+    m = np.linalg.solve(v, da @ v)
+    raw = v @ (_eig_f(w) * m)
+    dv = raw - v * np.sum(v * raw, axis=0).reshape(1, -1)
+    return (w, v), (np.diag(m).copy(), dv)
+
+
+_rule("eig_impl", _eig_fwd, _eig_bwd, _eig_jvp, inner="real_eig_impl")
+
+
 # -- svd(a, full_matrices) = (u, s, vh), a = u diag(s) vh -------------------------------------
 @njit
 def _svd_f(s):

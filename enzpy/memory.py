@@ -240,7 +240,9 @@ class ShadowMemory:
                 if touched & roots and not touched <= roots:
                     roots |= self._merged_roots(touched)
                     grown = True
-        found, unknown, resized = set(), False, False
+        # typed_ints: an integer or boolean array's data among the roots (its
+        # element type, unlike a load's, covers all of the memory)
+        found, unknown, resized, typed_ints = set(), False, False, False
         for b in self.fn.blocks:
             for other in b.instructions:
                 if other.opcode in ("load", "store"):
@@ -258,6 +260,7 @@ class ShadowMemory:
                             if other.callee else None
                         if element is not None:
                             found.add(element)
+                            typed_ints |= element == "int"
                         elif _VARSIZE_CALLS.match(other.callee or ""):
                             resized = True
                         elif not _OPAQUE_SAFE.match(other.callee or ""):
@@ -269,6 +272,7 @@ class ShadowMemory:
                 element = self.builder.data_pointer_type(self.fn.name, names.index(name))
                 found.add(element)
                 unknown |= element is None
+                typed_ints |= element == "int"
             elif kind == "inst" and self.fn.defs[name].opcode == "alloca":
                 source = self.fn.defs[name].source_type
                 found |= {_scalar_kind(t) for t in _leaf_types(source)}
@@ -278,6 +282,7 @@ class ShadowMemory:
                 element = self._returned_element(self.fn.defs[name])
                 found.add(element)
                 unknown |= element is None
+                typed_ints |= element == "int"
             elif kind != "inst" or self.fn.defs[name].opcode != "call" or \
                     self.fn.defs[name].callee not in ALLOCATORS:
                 unknown = True
@@ -288,7 +293,7 @@ class ShadowMemory:
         if found:
             raise UnsupportedError(f"`{ins.text}` copies memory holding both pointers and "
                                    f"floats (or floats of two types){self._where(ins)}")
-        if unknown:
+        if unknown and not typed_ints:      # (the copy moves an integer array's bytes)
             raise UnsupportedError(f"cannot tell what `{ins.text}` copies{self._where(ins)}")
         return None
 

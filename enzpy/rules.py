@@ -93,6 +93,11 @@ rule("copysign",
      None)
 rule("fma", lambda e, a, b, c, r: b, lambda e, a, b, c, r: a, lambda e, a, b, c, r: ONE)
 RULES["fmuladd"] = RULES["fma"]
+# Numba's helper behind np.ldexp / math.ldexp: x * 2**n, n an integer.
+rule("numba_ldexp",
+     lambda e, x, n, r: e.call("numba_ldexpf" if x.type == "float" else "numba_ldexp", x.type,
+                               [e.const(1.0, x.type), n]),
+     None)
 
 
 def _first_chosen(e, a, b, r):

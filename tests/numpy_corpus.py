@@ -2271,7 +2271,7 @@ _add("tuple_array_float_1d_f64", ["tuple", "ndarray.mean", "ndarray.std"], tuple
      lambda: [normal(703, 6)], tags=("container",))
 _add("list_of_tuples_1d_f64", ["list", "tuple"], list_of_tuples,
      lambda: [normal(704, 4), normal(1704, 3)], wrt=(0, 1), tags=("container",))
-_add("dict_of_arrays_1d_f64", ["dict", "np.exp"], dict_of_arrays, lambda: [normal(705, 4)],
+_add("dict_of_arrays_1d_f64", ["dict"], dict_of_arrays, lambda: [normal(705, 4)],
      tags=("container",))
 _add("jitclass_affine_f64", ["jitclass", "ndarray.sum", "axis", "np.tanh", "broadcasting"],
      jitclass_affine, lambda: [normal(706, (3, 4)), normal(1706, 3), normal(2706, 4)],
@@ -2494,6 +2494,784 @@ _add("matmul_ret_2d_f32", ["@"], matmul_ret,
      returns="array", tags=("float32",))
 _add("stats_tuple_1d_f64", ["np.max", "np.min", "np.median", "tuple"], stats_tuple,
      lambda: [distinct(829, 7)], returns="tuple")
+
+
+# -- coverage of the rest of Numba's list (second pass) -----------------------------------
+# One program per name (a few cover two related names), for the names the first pass left
+# uncovered and that have a derivative: np.atleast_1d of a scalar is refused by Numba 0.68
+# (arrays only), ndarray.item takes no index there (size-1 arrays only).
+def _apart(seed, n, lo=0.2, hi=1.0):
+    """Two arrays whose entries differ by at least ``lo`` (fmax, fmin)."""
+    x = normal(seed, n)
+    return x, x + away(seed + 1, n, lo, hi)
+
+
+def _wrapped_phases(seed, n):
+    """Phases wrapped into [-pi, pi) whose unwrapped steps are in [0.5, 2.5]: every
+    wrapped difference is at least 0.6 away from +-pi (np.unwrap's jumps)."""
+    p = np.cumsum(positive(seed, n, 0.5, 2.5))
+    return np.mod(p + np.pi, 2.0 * np.pi) - np.pi
+
+
+def _real_spectrum(seed, n):
+    """A non-symmetric matrix with real, well-separated eigenvalues (np.linalg.eigvals
+    returns float64 then)."""
+    S = well(seed, n)
+    return S @ np.diag(np.linspace(1.0, 1.0 + 1.3 * (n - 1), n)) @ np.linalg.inv(S)
+
+
+_MULTS_13 = (-2.6, -1.3, 0.0, 1.3, 2.6)       # kinks of fmod/remainder/mod by 1.3
+
+
+@njit
+def tril_weighted(A, W):
+    L = np.tril(A)
+    return (W * L * L).sum()
+
+
+@njit
+def triu_k1_sin(A, W):
+    U = np.triu(A, 1)
+    return (W * np.sin(U)).sum()
+
+
+@njit
+def atleast_1d_sq(x, w):
+    v = np.atleast_1d(x)
+    return (w * v * v).sum()
+
+
+@njit
+def atleast_2d_rows(x, W):
+    M = np.atleast_2d(x)
+    return (W * np.sin(M)).sum()
+
+
+@njit
+def atleast_3d_cube(A, W):
+    T = np.atleast_3d(A)
+    return (W * T * T * T).sum()
+
+
+@njit
+def broadcast_to_rows(x, W):
+    B = np.broadcast_to(x, (3, 5))
+    return (W * B * B).sum()
+
+
+@njit
+def cross_sq(a, b):
+    c = np.cross(a, b)
+    return (c * c).sum() + c[0]
+
+
+@njit
+def cross_rows_ret(P, Q):
+    return np.cross(P, Q)
+
+
+@njit
+def trapezoid_xy(y, t):
+    return np.trapezoid(y * y, t)
+
+
+@njit
+def trapezoid_dx(y):
+    return np.trapezoid(np.exp(y), dx=0.25)
+
+
+@njit
+def average_weighted(x, w):
+    return np.average(np.sin(x), weights=w)
+
+
+@njit
+def nanvar_1d(x):
+    return np.nanvar(x)
+
+
+@njit
+def nanstd_1d(x):
+    return np.nanstd(x)
+
+
+@njit
+def nanprod_1d(x):
+    return np.nanprod(x)
+
+
+@njit
+def nancumsum_weighted(x, w):
+    c = np.nancumsum(x)
+    return (w * c * c).sum()
+
+
+@njit
+def nancumprod_ret(x):
+    return np.nancumprod(x)
+
+
+@njit
+def nanpercentile_30(x):
+    return np.nanpercentile(x, 30.0)
+
+
+@njit
+def nanquantile_70(x):
+    return np.nanquantile(x, 0.7)
+
+
+@njit
+def ptp_sq(x):
+    r = np.ptp(x)
+    return r * r
+
+
+@njit
+def moveaxis_weighted(T, W):
+    M = np.moveaxis(T, 0, -1)
+    return (W * M * M).sum()
+
+
+@njit
+def rot90_weighted(A, W):
+    R = np.rot90(A)
+    return (W * R * R * R).sum()
+
+
+@njit
+def array_from_list(x, w):
+    v = np.array([x[0] * x[1], x[2], np.sin(x[3])])
+    return (w * v * v).sum()
+
+
+@njit
+def asarray_from_tuple(a, b):
+    v = np.asarray((a * b, a, np.cos(b)))
+    return (v * v).sum() + v[0]
+
+
+@njit
+def array_2x2_ret(x):
+    return np.array([[x[0] * x[1], x[2]], [np.exp(x[3]), x[0]]])
+
+
+@njit
+def convolve_ret(x, k):
+    return np.convolve(x, k)
+
+
+@njit
+def correlate_weighted(x, k, w):
+    return (w * np.correlate(x, k)).sum()
+
+
+@njit
+def corrcoef_weighted(X, W):
+    return (W * np.corrcoef(X)).sum()
+
+
+@njit
+def corrcoef_pair(x, y):
+    return np.corrcoef(x, y)[0, 1]
+
+
+@njit
+def select_pieces(x, w):
+    y = np.select([x > 0.5, x < -0.5], [x * x, np.sin(x)], 0.0)
+    return (w * y).sum()
+
+
+@njit
+def append_ret(x, y):
+    return np.append(x, y)
+
+
+@njit
+def append_scalar(x, s, w):
+    z = np.append(x, s)
+    return (w * z * z).sum()
+
+
+@njit
+def insert_scalar(x, s, w):
+    z = np.insert(x, 2, s)
+    return (w * z * z).sum()
+
+
+@njit
+def delete_index(x, w):
+    z = np.delete(x, 2)
+    return (w * np.exp(z)).sum()
+
+
+@njit
+def delete_indices(x, idx):
+    z = np.delete(x, idx)
+    return (z * z * z).sum()
+
+
+@njit
+def split_halves(x):
+    parts = np.split(x, 2)
+    return (parts[0] * parts[1]).sum()
+
+
+@njit
+def array_split_loop(x):
+    s = 0.0
+    for p in np.array_split(x, 3):
+        s += p.sum() ** 2
+    return s
+
+
+@njit
+def hsplit_halves(A):
+    L = np.hsplit(A, 2)
+    return (L[0] * L[1]).sum()
+
+
+@njit
+def vsplit_rows(A):
+    R = np.vsplit(A, 3)
+    return (R[0] * R[2] + R[1] * R[1]).sum()
+
+
+@njit
+def dsplit_halves(T):
+    D = np.dsplit(T, 2)
+    return (np.sin(D[0]) * D[1]).sum()
+
+
+@njit
+def take_along_axis_rows(A, idx, W):
+    B = np.take_along_axis(A, idx, axis=1)
+    return (W * B * B).sum()
+
+
+@njit
+def linspace_sin(a, b, w):
+    t = np.linspace(a, b, 7)
+    return (w * np.sin(t)).sum()
+
+
+@njit
+def diagflat_matmul(x, A, W):
+    D = np.diagflat(x)
+    return (W * (D @ A)).sum()
+
+
+@njit
+def diagflat_k1_ret(x):
+    return np.diagflat(x, 1)
+
+
+@njit
+def fill_diagonal_values(A, d, W):
+    B = A.copy()
+    np.fill_diagonal(B, np.exp(d))
+    return (W * B * B).sum()
+
+
+@njit
+def fill_diagonal_scalar(A, s):
+    B = A.copy()
+    np.fill_diagonal(B, s)
+    return (B @ B.T).sum()
+
+
+@njit
+def full_scaled(s, A, W):
+    F = np.full((3, 4), s)
+    return (W * np.sin(F * A)).sum()
+
+
+@njit
+def full_like_sq(x, s):
+    F = np.full_like(x, s)
+    return (x * F * F).sum()
+
+
+@njit
+def dstack_weighted(A, B, W):
+    D = np.dstack((A, B))
+    return (W * D * D).sum()
+
+
+@njit
+def ediff1d_ret(x):
+    return np.ediff1d(x)
+
+
+@njit
+def ediff1d_to_begin(x, w):
+    d = np.ediff1d(x, to_begin=x[0])
+    return (w * d * d).sum()
+
+
+@njit
+def nan_to_num_sq(x, w):
+    y = np.nan_to_num(x)
+    return (w * y * y).sum()
+
+
+@njit
+def resize_weighted(x, W):
+    R = np.resize(x, (3, 4))
+    return (W * R * R).sum()
+
+
+@njit
+def extract_positive(x):
+    e = np.extract(x > 0.0, x)
+    return (e * e * e).sum()
+
+
+@njit
+def unwrap_sq(p, w):
+    u = np.unwrap(p)
+    return (w * u * u).sum()
+
+
+@njit
+def sinc_weighted(x, w):
+    return (w * np.sinc(x)).sum()
+
+
+@njit
+def permute_dims_weighted(T, W):
+    P = np.permute_dims(T, (2, 0, 1))
+    return (W * P * P).sum()
+
+
+@njit
+def concat_ret(x, y):
+    return np.concat((x, np.sin(y)))
+
+
+@njit
+def moving_average_sq(x):
+    win = np.lib.stride_tricks.sliding_window_view(x, 3)
+    m = np.empty(win.shape[0])
+    for i in range(win.shape[0]):
+        m[i] = win[i].mean()
+    return (m * m).sum()
+
+
+@njit
+def partition_low(x):
+    p = np.partition(x, 3)
+    return p[3] ** 2 + (p[:3] ** 2).sum()
+
+
+@njit
+def float_power_weighted(x, w):
+    return (w * np.float_power(x, 2.5)).sum()
+
+
+@njit
+def pow_arrays(x, y, w):
+    return (w * np.pow(x, y)).sum()
+
+
+@njit
+def fmod_sq(x, y, w):
+    r = np.fmod(x, y)
+    return (w * r * r).sum()
+
+
+@njit
+def remainder_sq(x, y, w):
+    r = np.remainder(x, y)
+    return (w * r * r).sum()
+
+
+@njit
+def mod_sin(x, y, w):
+    return (w * np.sin(np.mod(x, y))).sum()
+
+
+@njit
+def fmax_weighted(x, y, w):
+    return (w * np.fmax(x, y)).sum()
+
+
+@njit
+def fmin_sq(x, y, w):
+    m = np.fmin(x, y)
+    return (w * m * m).sum()
+
+
+@njit
+def copysign_exp(x, y, w):
+    return (w * np.exp(np.copysign(x, y))).sum()
+
+
+@njit
+def ldexp_sq(x, k, w):
+    z = np.ldexp(x, k)
+    return (w * z * z).sum()
+
+
+@njit
+def deg2rad_radians(d, w):
+    return (w * (np.sin(np.deg2rad(d)) + np.radians(d) ** 2)).sum()
+
+
+@njit
+def rad2deg_degrees(r, w):
+    return (w * (np.rad2deg(r) * np.degrees(np.sin(r)))).sum()
+
+
+@njit
+def asin_acos(x, w):
+    return (w * (np.asin(x) + 2.0 * np.acos(x) ** 2)).sum()
+
+
+@njit
+def atan_atan2(x, y, w):
+    return (w * (np.atan(x) + np.atan2(y, x))).sum()
+
+
+@njit
+def asinh_acosh_atanh(x, z, w):
+    return (w * (np.asinh(x) + np.acosh(1.0 + x * x) + np.atanh(z))).sum()
+
+
+@njit
+def arccosh_arctanh(x, z, w):
+    return (w * (np.arccosh(x) * np.arctanh(z))).sum()
+
+
+@njit
+def logaddexp2_weighted(x, y, w):
+    return (w * np.logaddexp2(x, y)).sum()
+
+
+@njit
+def positive_sq(x, w):
+    p = np.positive(x)
+    return (w * p * p).sum()
+
+
+@njit
+def eigvals_sum_exp(A):
+    ev = np.linalg.eigvals(A)
+    return np.exp(0.3 * ev).sum() + np.max(ev)
+
+
+@njit
+def fill_method(x, s):
+    B = np.empty(x.size)
+    B.fill(s)
+    return (x * np.sin(B * x)).sum()
+
+
+@njit
+def item_quadratic(x, A):
+    return (x[np.newaxis, :] @ A @ x[:, np.newaxis]).item()
+
+
+@njit
+def astype_f64_sq(x, w):
+    y = x.astype(np.float64)
+    return (w * y * y).sum()
+
+
+@njit
+def round_times(x):
+    return (np.round(x) * x + x).sum()
+
+
+@njit
+def around_1_times(x):
+    return (np.around(x, 1) * x + x).sum()
+
+
+@njit
+def ndenumerate_weighted(A, W):
+    s = 0.0
+    for idx, v in np.ndenumerate(A):
+        s += W[idx] * v * v
+    return s
+
+
+@njit
+def nditer_cubes(A):
+    s = 0.0
+    for v in np.nditer(A):
+        s += v.item() ** 3
+    return s
+
+
+@njit
+def flat_loop(A):
+    s = 0.0
+    for v in A.flat:
+        s += v * v * v
+    return s
+
+
+@njit
+def flat_index(A, w):
+    s = 0.0
+    for i in range(A.size):
+        s += w[i] * A.flat[i] ** 2
+    return s
+
+
+def _nan_positive(seed, shape):
+    return np.where(np.isnan(with_nans(seed, shape)), np.nan, positive(seed, shape, 0.6, 1.5))
+
+
+def _nan_distinct(seed, shape):
+    return np.where(np.isnan(with_nans(seed, shape)), np.nan, distinct(seed, shape))
+
+
+_I32 = np.array([[0, 2], [1, 1], [3, 0]])
+
+_add("tril_2d_f64", ["np.tril"], tril_weighted,
+     lambda: [normal(900, (4, 4)), weights(900, (4, 4))], hvp=True)
+_add("tril_2d_fortran", ["np.tril"], tril_weighted,
+     lambda: [fortran(normal(901, (3, 4))), weights(901, (3, 4))], tags=("fortran",))
+_add("triu_k1_2d_f64", ["np.triu"], triu_k1_sin,
+     lambda: [normal(902, (3, 4)), weights(902, (3, 4))])
+_add("atleast_1d_f64", ["np.atleast_1d"], atleast_1d_sq,
+     lambda: [normal(903, 6), weights(903, 6)])
+_add("atleast_2d_f64", ["np.atleast_2d", "np.sin"], atleast_2d_rows,
+     lambda: [normal(904, 6), weights(904, (1, 6))])
+_add("atleast_3d_f64", ["np.atleast_3d"], atleast_3d_cube,
+     lambda: [normal(905, (3, 4)), weights(905, (3, 4, 1))])
+_add("broadcast_to_f64", ["np.broadcast_to"], broadcast_to_rows,
+     lambda: [normal(906, 5), weights(906, (3, 5))], hvp=True)
+_add("cross_3_f64", ["np.cross"], cross_sq, lambda: [normal(907, 3), normal(1907, 3)],
+     wrt=(0, 1), hvp=True)
+_add("cross_rows_ret_f64", ["np.cross"], cross_rows_ret,
+     lambda: [normal(908, (4, 3)), normal(1908, (4, 3))], wrt=(0, 1), returns="array")
+_add("trapezoid_xy_f64", ["np.trapezoid"], trapezoid_xy,
+     lambda: [normal(909, 7), np.cumsum(positive(1909, 7, 0.2, 0.6))], wrt=(0, 1))
+_add("trapezoid_dx_f64", ["np.trapezoid", "np.exp"], trapezoid_dx, lambda: [normal(910, 7)])
+_add("average_weights_f64", ["np.average"], average_weighted,
+     lambda: [normal(911, 6), positive(1911, 6)], wrt=(0, 1))
+_add("nanvar_1d_f64", ["np.nanvar"], nanvar_1d, lambda: [with_nans(912, 8)])
+_add("nanstd_1d_f64", ["np.nanstd"], nanstd_1d, lambda: [with_nans(913, 8)])
+_add("nanprod_1d_f64", ["np.nanprod"], nanprod_1d, lambda: [_nan_positive(914, 7)])
+_add("nancumsum_1d_f64", ["np.nancumsum"], nancumsum_weighted,
+     lambda: [with_nans(915, 7), weights(915, 7)])
+_add("nancumprod_ret_1d_f64", ["np.nancumprod"], nancumprod_ret,
+     lambda: [_nan_positive(916, 6)], returns="array")
+_add("nanpercentile_1d_f64", ["np.nanpercentile"], nanpercentile_30,
+     lambda: [_nan_distinct(917, 8)])
+_add("nanquantile_1d_f64", ["np.nanquantile"], nanquantile_70,
+     lambda: [_nan_distinct(918, 8)])
+_add("ptp_1d_f64", ["np.ptp"], ptp_sq, lambda: [distinct(919, 7)])
+_add("ptp_2d_f64", ["np.ptp"], ptp_sq, lambda: [distinct(920, (3, 4))])
+_add("moveaxis_3d_f64", ["np.moveaxis"], moveaxis_weighted,
+     lambda: [normal(921, (2, 3, 4)), weights(921, (3, 4, 2))])
+_add("rot90_2d_f64", ["np.rot90"], rot90_weighted,
+     lambda: [normal(922, (3, 4)), weights(922, (4, 3))])
+_add("array_from_list_f64", ["np.array"], array_from_list,
+     lambda: [normal(923, 5), weights(923, 3)], hvp=True)
+_add("asarray_from_tuple_f64", ["np.asarray", "tuple"], asarray_from_tuple,
+     lambda: [0.7, -1.2], wrt=(0, 1))
+_add("array_2x2_ret_f64", ["np.array"], array_2x2_ret, lambda: [normal(924, 5)],
+     returns="array")
+_add("convolve_ret_f64", ["np.convolve"], convolve_ret,
+     lambda: [normal(925, 6), normal(1925, 3)], wrt=(0, 1), returns="array")
+_add("correlate_valid_f64", ["np.correlate"], correlate_weighted,
+     lambda: [normal(926, 7), normal(1926, 3), weights(926, 5)], wrt=(0, 1))
+_add("corrcoef_rows_f64", ["np.corrcoef"], corrcoef_weighted,
+     lambda: [normal(927, (3, 6)), weights(927, (3, 3))])
+_add("corrcoef_pair_f64", ["np.corrcoef"], corrcoef_pair,
+     lambda: [normal(928, 7), normal(1928, 7)], wrt=(0, 1))
+_add("select_1d_f64", ["np.select"], select_pieces,
+     lambda: [distinct(929, 8, avoid=(-0.5, 0.5)), weights(929, 8)])
+_add("append_ret_f64", ["np.append"], append_ret, lambda: [normal(930, 5), normal(1930, 3)],
+     wrt=(0, 1), returns="array")
+_add("append_scalar_f64", ["np.append"], append_scalar,
+     lambda: [normal(931, 5), 0.8, weights(931, 6)], wrt=(0, 1))
+_add("insert_scalar_f64", ["np.insert"], insert_scalar,
+     lambda: [normal(932, 5), -0.6, weights(932, 6)], wrt=(0, 1))
+_add("delete_index_f64", ["np.delete"], delete_index,
+     lambda: [normal(933, 6), weights(933, 5)])
+_add("delete_indices_f64", ["np.delete"], delete_indices,
+     lambda: [normal(934, 7), np.array([0, 3, 4])])
+_add("split_halves_f64", ["np.split"], split_halves, lambda: [normal(935, 8)], hvp=True)
+_add("array_split_loop_f64", ["np.array_split"], array_split_loop, lambda: [normal(936, 8)])
+_add("hsplit_2d_f64", ["np.hsplit"], hsplit_halves, lambda: [normal(937, (3, 4))])
+_add("vsplit_2d_f64", ["np.vsplit"], vsplit_rows, lambda: [normal(938, (3, 4))])
+_add("dsplit_3d_f64", ["np.dsplit", "np.sin"], dsplit_halves, lambda: [normal(939, (2, 3, 4))])
+_add("take_along_axis_2d_f64", ["np.take_along_axis"], take_along_axis_rows,
+     lambda: [normal(940, (3, 4)), _I32.copy(), weights(940, (3, 2))])
+_add("linspace_endpoints_f64", ["np.linspace", "np.sin"], linspace_sin,
+     lambda: [-0.4, 1.3, weights(941, 7)], wrt=(0, 1))
+_add("diagflat_matmul_f64", ["np.diagflat", "@"], diagflat_matmul,
+     lambda: [normal(942, 4), normal(1942, (4, 3)), weights(942, (4, 3))])
+_add("diagflat_k1_ret_f64", ["np.diagflat"], diagflat_k1_ret, lambda: [normal(943, 4)],
+     returns="array")
+_add("fill_diagonal_values_f64", ["np.fill_diagonal", "ndarray.copy"], fill_diagonal_values,
+     lambda: [normal(944, (3, 4)), normal(1944, 3), weights(944, (3, 4))], wrt=(0, 1))
+_add("fill_diagonal_scalar_f64", ["np.fill_diagonal", "ndarray.copy"], fill_diagonal_scalar,
+     lambda: [normal(945, (3, 4)), 1.4], wrt=(0, 1))
+_add("full_scalar_f64", ["np.full"], full_scaled,
+     lambda: [0.9, normal(946, (3, 4)), weights(946, (3, 4))], wrt=(0, 1), hvp=True)
+_add("full_like_f64", ["np.full_like"], full_like_sq, lambda: [normal(947, 6), -0.7],
+     wrt=(0, 1))
+_add("dstack_2d_f64", ["np.dstack"], dstack_weighted,
+     lambda: [normal(948, (3, 4)), normal(1948, (3, 4)), weights(948, (3, 4, 2))],
+     wrt=(0, 1))
+_add("ediff1d_ret_f64", ["np.ediff1d"], ediff1d_ret, lambda: [normal(949, 6)],
+     returns="array")
+_add("ediff1d_to_begin_f64", ["np.ediff1d"], ediff1d_to_begin,
+     lambda: [normal(950, 6), weights(950, 6)])
+_add("nan_to_num_1d_f64", ["np.nan_to_num"], nan_to_num_sq,
+     lambda: [with_nans(951, 7), weights(951, 7)])
+_add("resize_2d_f64", ["np.resize"], resize_weighted,
+     lambda: [normal(952, 5), weights(952, (3, 4))])
+_add("extract_positive_f64", ["np.extract"], extract_positive, lambda: [away(953, 8)])
+_add("unwrap_1d_f64", ["np.unwrap"], unwrap_sq,
+     lambda: [_wrapped_phases(954, 7), weights(954, 7)])
+_add("sinc_1d_f64", ["np.sinc"], sinc_weighted, lambda: [normal(955, 7), weights(955, 7)])
+_add("permute_dims_3d_f64", ["np.permute_dims"], permute_dims_weighted,
+     lambda: [normal(956, (2, 3, 4)), weights(956, (4, 2, 3))])
+_add("concat_ret_f64", ["np.concat", "np.sin"], concat_ret,
+     lambda: [normal(957, 4), normal(1957, 3)], wrt=(0, 1), returns="array")
+_add("sliding_window_mean_f64", ["np.lib.stride_tricks.sliding_window_view", "ndarray.mean"],
+     moving_average_sq, lambda: [normal(958, 8)])
+_add("partition_low_f64", ["np.partition"], partition_low, lambda: [distinct(959, 7)])
+_add("float_power_1d_f64", ["np.float_power"], float_power_weighted,
+     lambda: [positive(960, 6), weights(960, 6)])
+_add("pow_arrays_f64", ["np.pow"], pow_arrays,
+     lambda: [positive(961, 6), normal(1961, 6), weights(961, 6)], wrt=(0, 1))
+_add("fmod_scalar_f64", ["np.fmod"], fmod_sq,
+     lambda: [distinct(962, 7, -3.0, 3.0, avoid=_MULTS_13), 1.3, weights(962, 7)],
+     wrt=(0, 1))
+_add("remainder_scalar_f64", ["np.remainder"], remainder_sq,
+     lambda: [distinct(963, 7, -3.0, 3.0, avoid=_MULTS_13), 1.3, weights(963, 7)],
+     wrt=(0, 1))
+_add("mod_scalar_f64", ["np.mod", "np.sin"], mod_sin,
+     lambda: [distinct(964, 7, -3.0, 3.0, avoid=_MULTS_13), 1.3, weights(964, 7)],
+     wrt=(0, 1))
+_add("fmax_1d_f64", ["np.fmax"], fmax_weighted, lambda: [*_apart(965, 7), weights(965, 7)],
+     wrt=(0, 1))
+_add("fmin_1d_f64", ["np.fmin"], fmin_sq, lambda: [*_apart(966, 7), weights(966, 7)],
+     wrt=(0, 1))
+_add("copysign_1d_f64", ["np.copysign", "np.exp"], copysign_exp,
+     lambda: [away(967, 6), away(1967, 6), weights(967, 6)], wrt=(0, 1))
+_add("ldexp_1d_f64", ["np.ldexp"], ldexp_sq,
+     lambda: [normal(968, 6), np.array([0, 1, -1, 2, 3, -2]), weights(968, 6)])
+_add("deg2rad_radians_f64", ["np.deg2rad", "np.radians"], deg2rad_radians,
+     lambda: [normal(969, 6, 60.0), weights(969, 6)])
+_add("rad2deg_degrees_f64", ["np.rad2deg", "np.degrees"], rad2deg_degrees,
+     lambda: [normal(970, 6), weights(970, 6)])
+_add("asin_acos_f64", ["np.asin", "np.acos"], asin_acos,
+     lambda: [distinct(971, 6, -0.8, 0.8), weights(971, 6)])
+_add("atan_atan2_f64", ["np.atan", "np.atan2"], atan_atan2,
+     lambda: [away(972, 6), away(1972, 6), weights(972, 6)], wrt=(0, 1))
+_add("asinh_acosh_atanh_f64", ["np.asinh", "np.acosh", "np.atanh"], asinh_acosh_atanh,
+     lambda: [away(973, 6), distinct(1973, 6, -0.8, 0.8), weights(973, 6)], wrt=(0, 1))
+_add("arccosh_arctanh_f64", ["np.arccosh", "np.arctanh"], arccosh_arctanh,
+     lambda: [positive(974, 6, 1.2, 3.0), distinct(1974, 6, -0.8, 0.8), weights(974, 6)],
+     wrt=(0, 1))
+_add("logaddexp2_1d_f64", ["np.logaddexp2"], logaddexp2_weighted,
+     lambda: [normal(975, 6), normal(1975, 6), weights(975, 6)], wrt=(0, 1))
+_add("positive_1d_f64", ["np.positive"], positive_sq, lambda: [normal(976, 6), weights(976, 6)])
+_add("eigvals_real_f64", ["np.linalg.eigvals", "np.max"], eigvals_sum_exp,
+     lambda: [_real_spectrum(977, 3)], tags=("linalg",))
+_add("fill_method_f64", ["ndarray.fill", "np.empty"], fill_method,
+     lambda: [normal(978, 6), 0.6], wrt=(0, 1))
+_add("item_quadratic_f64", ["ndarray.item", "np.newaxis", "@"], item_quadratic,
+     lambda: [normal(979, 3), normal(1979, (3, 3))], hvp=True)
+_add("astype_f32_to_f64", ["ndarray.astype"], astype_f64_sq,
+     lambda: [f32(normal(980, 6)), weights(980, 6)], tags=("float32",))
+_add("round_times_f64", ["np.round"], round_times,
+     lambda: [distinct(981, 7, avoid=(-1.5, -0.5, 0.5, 1.5))])
+_add("around_1_times_f64", ["np.around"], around_1_times, lambda: [distinct(982, 7)])
+_add("ndenumerate_2d_f64", ["np.ndenumerate"], ndenumerate_weighted,
+     lambda: [normal(983, (3, 4)), weights(983, (3, 4))], hvp=True)
+_add("nditer_2d_f64", ["np.nditer", "ndarray.item"], nditer_cubes, lambda: [normal(984, (3, 4))])
+_add("flat_loop_2d_f64", ["ndarray.flat"], flat_loop, lambda: [normal(985, (3, 4))])
+_add("flat_loop_2d_fortran", ["ndarray.flat"], flat_loop,
+     lambda: [fortran(normal(986, (3, 4)))], tags=("fortran",))
+_add("flat_index_2d_f64", ["ndarray.flat"], flat_index,
+     lambda: [normal(987, (3, 4)), weights(987, 12)])
+
+
+@njit
+def geomspace_ends(a, w):
+    return (w * np.geomspace(a[0], a[1], 5)).sum()
+
+
+@njit
+def logspace_ends(a, w):
+    return (w * np.logspace(a[0], a[1], 5)).sum()
+
+
+@njit
+def broadcast_arrays_product(x, A):
+    bx, bA = np.broadcast_arrays(x, A)
+    return (bx * bA).sum()
+
+
+@njit
+def chkfinite_squares(x):
+    return (np.asarray_chkfinite(x) ** 2).sum()
+
+
+@njit
+def real_imag_conj(x, w):
+    return (w * np.real(x) + np.imag(x) + np.conj(x) * x).sum()
+
+
+@njit
+def trim_zeros_squares(x):
+    return (np.trim_zeros(x) ** 2).sum()
+
+
+@njit
+def unique_weighted(x, w):
+    return (np.unique(x) * w).sum()
+
+
+@njit
+def as_strided_pairs(x):
+    s = x.strides[0]
+    v = np.lib.stride_tricks.as_strided(x, shape=(x.shape[0] - 1, 2), strides=(s, s))
+    return (v[:, 0] * v[:, 1]).sum()
+
+
+@njit
+def eig_weighted(A, w, W):
+    vals, vecs = np.linalg.eig(A)
+    return (w * vals).sum() + (W * vecs ** 2).sum()    # invariant under each vector's sign
+
+
+def _nonsymmetric(seed, n):
+    """A non-symmetric matrix with distinct real eigenvalues."""
+    rng = _rng(seed)
+    v = np.eye(n) + 0.3 * rng.uniform(-1, 1, (n, n))
+    return v @ np.diag(np.linspace(-1.5, 2.0, n)) @ np.linalg.inv(v)
+
+
+_add("geomspace_ends_f64", ["np.geomspace"], geomspace_ends,
+     lambda: [np.array([0.5, 2.0]), weights(990, 5)])
+_add("logspace_ends_f64", ["np.logspace"], logspace_ends,
+     lambda: [np.array([0.1, 0.6]), weights(991, 5)])
+_add("broadcast_arrays_2d_f64", ["np.broadcast_arrays"], broadcast_arrays_product,
+     lambda: [normal(992, 4), normal(1992, (3, 4))], wrt=(0, 1))
+_add("asarray_chkfinite_f64", ["np.asarray_chkfinite"], chkfinite_squares,
+     lambda: [normal(993, 6)])
+_add("real_imag_conj_f64", ["np.real", "np.imag", "np.conj"], real_imag_conj,
+     lambda: [normal(994, 6), normal(1994, 6)])
+_add("trim_zeros_f64", ["np.trim_zeros"], trim_zeros_squares,
+     lambda: [np.array([0.0, 0.0, 1.5, -0.3, 0.0, 2.0, 0.0])])
+_add("unique_values_f64", ["np.unique"], unique_weighted,
+     lambda: [np.array([0.3, -1.2, 2.0, 0.9, -0.4]), weights(997, 5)])
+_add("as_strided_pairs_f64", ["np.lib.stride_tricks.as_strided"], as_strided_pairs,
+     lambda: [normal(995, 6)])
+_add("eig_real_f64", ["np.linalg.eig"], eig_weighted,
+     lambda: [_nonsymmetric(996, 3), weights(996, 3), weights(1996, (3, 3))],
+     tags=("linalg",))
 
 
 def _check_registry():

@@ -821,6 +821,16 @@ case("copysign_same", copysign_fn, [A(1.5), A(2.0)], lambda x, y: (1.0, 0.0))
 case("copysign_flip", copysign_fn, [A(1.5), A(-2.0)], lambda x, y: (-1.0, 0.0))
 case("copysign_neg_x", copysign_fn, [A(-1.5), A(2.0)], lambda x, y: (-1.0, 0.0))
 
+
+@njit
+def ldexp_fn(x, n):
+    return math.ldexp(x, n) * x
+
+
+case("ldexp", ldexp_fn, [A(0.7), K(3)], lambda x, n: (2.0 * 8.0 * x, None))
+case("ldexp_negative_exponent", ldexp_fn, [A(-1.3), K(-2)], lambda x, n: (2.0 * x / 4.0, None))
+case("ldexp_f32", ldexp_fn, [A(f32(0.7)), K(3)], lambda x, n: (2.0 * 8.0 * x, None))
+
 # =============================================================================
 # numpy scalar functions
 # =============================================================================
