@@ -28,7 +28,7 @@ arrays (``np.sum``/``np.max``/``np.min``/``np.mean``/``np.prod``, the methods
 ``.sum() .max() .min() .mean()``, ``np.sum(M, axis=k)``, ``np.linalg.norm``,
 ``np.dot``/``@`` of vectors), logsumexp (``m = np.max(v); np.log(np.sum(np.exp(v
 - m))) + m``), ``.reshape``/``np.reshape``/``.ravel()``/``.T`` (views, C and F
-layouts), ``np.cumsum``, ``np.diff``, ``np.where``, ``np.clip``,
+layouts), ``np.cumsum``, ``np.diff``, ``np.where``, ``np.clip`` (scalar or array bounds),
 ``np.maximum/minimum``, ``np.abs``, smooth ufuncs, a vector broadcast over a
 matrix's rows, softmax, matrix products (``@`` and ``np.dot``: matrix-matrix,
 matrix-vector, vector-matrix, with transposes; ``np.outer``), and ``@njit``
@@ -36,7 +36,7 @@ helpers returning arrays. Fresh 1-D results may then be updated in place. With
 ``linalg`` too: a well-conditioned matrix built from the arrays in scope
 (diagonally dominant ``np.tanh(S) + (n + 1) * np.eye(n)`` or SPD ``S @ S.T +
 np.eye(n)``) goes to ``np.linalg.solve`` (vector and matrix right-hand sides),
-``inv``, ``det`` and (SPD) ``cholesky``. ``--exclude numpy,linalg`` draws
+``inv``, ``det`` and (SPD) ``cholesky`` and sorted ``eigvals``. ``--exclude numpy,linalg`` draws
 exactly the programs drawn before these features existed.
 
 ``f`` is jitted with ``numba.njit`` and checked with ``enzpy.check_gradient``
@@ -839,6 +839,8 @@ class _Gen:
         elif kind == "clip":
             lo, hi = self.choice([("-0.5", "0.5"), ("-1.0", "0.25"), ("0.0", "1.0"),
                                   ("-0.25", "1.5")])
+            if other and self.chance(0.4):      # array bounds, differentiated too
+                lo, hi = f"{other} - 0.5", f"{other} + 0.5"
             src = name if self.chance(0.6) else f"{name} * {s()}"
             rhs = f"np.clip({src}, {lo}, {hi})"
         elif kind in ("maximum", "minimum"):
@@ -901,7 +903,8 @@ class _Gen:
     def np_linalg(self, sc, arrs):
         """A well-conditioned matrix built from the arrays in scope (a diagonally
         dominant ``np.tanh(S) + (n + 1) * np.eye(n)`` or an SPD ``S @ S.T +
-        np.eye(n)``), then ``np.linalg.solve`` / ``inv`` / ``cholesky`` / ``det``."""
+        np.eye(n)``), then ``np.linalg.solve`` / ``inv`` / ``cholesky`` / ``det`` /
+        ``eigvals``."""
         lines = []
         if sc.wellcond and self.chance(0.5):
             mat = self.choice(sorted(sc.wellcond))
@@ -925,11 +928,15 @@ class _Gen:
             self.np_register(sc, mat, (n, n))
             sc.wellcond[mat] = kind
         n = sc.arrays[mat][0]
-        ops = ["solve", "solve", "inv", "det"] + (["cholesky"] if sc.wellcond[mat] == "spd" else [])
+        ops = ["solve", "solve", "inv", "det"] + (["cholesky", "eigvals"]
+                                                  if sc.wellcond[mat] == "spd" else [])
         op = self.choice(ops)
-        if op == "det":
+        if op in ("det", "eigvals"):
             v = self.fresh("v")
-            lines.append(f"{v} = np.linalg.det({mat})")
+            # (eigenvalues of a symmetric matrix are real; sorted, their order is stable)
+            lines.append(f"{v} = np.linalg.det({mat})" if op == "det" else
+                         f"{v} = (np.sort(np.linalg.eigvals({mat})) * "
+                         f"np.linspace(0.5, 1.5, {n})).sum()")
             sc.floats.append(v)
             return lines, None
         if op == "solve":
