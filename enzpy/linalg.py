@@ -219,20 +219,8 @@ _rule("eigvals_impl", _eigvals_fwd, _eigvals_bwd, _eigvals_jvp, inner="real_eigv
 
 
 # -- eig(a) = (w, v) of a real matrix with real eigenvalues, columns of v of unit norm ----------
-# With m = v^-1 da v: dw = diag(m), dv = p(v (f o m)), f[i, j] = 1 / (w[j] - w[i]) off the
-# diagonal, 0 on it, and p(x) = x - v diag(diag(v^T x)) keeping the columns' norms.
-@njit
-def _eig_f(w):
-    f = w.reshape(1, -1) - w.reshape(-1, 1)
-    n = w.shape[0]
-    for i in range(n):
-        f[i, i] = 1.0
-    f = 1.0 / f
-    for i in range(n):
-        f[i, i] = 0.0
-    return f
-
-
+# With m = v^-1 da v: dw = diag(m), dv = p(v (f o m)), f as for eigh (1 / (w[j] - w[i]) off
+# the diagonal), and p(x) = x - v diag(diag(v^T x)) keeping the columns' norms.
 def _eig_fwd(a):
     w, v = np.linalg.eig(a)
     return (w, v), (w, v)
@@ -243,7 +231,7 @@ def _eig_bwd(res, g):
     gw, gv = g
     vt = np.ascontiguousarray(v.T)
     kept = gv - v * np.sum(v * gv, axis=0).reshape(1, -1)       # the adjoint of p
-    mbar = np.diag(gw) + _eig_f(w) * (vt @ kept)
+    mbar = np.diag(gw) + _eigh_f(w) * (vt @ kept)
     return (np.linalg.solve(vt, mbar @ vt),)
 
 
@@ -251,7 +239,7 @@ def _eig_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     w, v = np.linalg.eig(a)
     m = np.linalg.solve(v, da @ v)
-    raw = v @ (_eig_f(w) * m)
+    raw = v @ (_eigh_f(w) * m)
     dv = raw - v * np.sum(v * raw, axis=0).reshape(1, -1)
     return (w, v), (np.diag(m).copy(), dv)
 

@@ -115,9 +115,7 @@ def main():
         t = time.perf_counter()
         fn(x, 1)
         numba_compile = time.perf_counter() - t
-        t = time.perf_counter()
         autodiff(Reverse, fn, Active(x), Const(n))
-        first_call = time.perf_counter() - t
         report = enzpy.build_report(fn)[-1]
         primal, grad = interleaved([lambda: fn(x, n),
                                     lambda: autodiff(Reverse, fn, Active(x), Const(n))],
@@ -126,8 +124,8 @@ def main():
                      report.total, report))
 
     print(f"\nScalar loops, n = {n:,} iterations (median of {args.repeat})\n")
-    print(f"| function  | primal ms | gradient ms | gradient/primal | goal | "
-          f"Numba compile of primal s | enzpy build s |")
+    print("| function  | primal ms | gradient ms | gradient/primal | goal | "
+          "Numba compile of primal s | enzpy build s |")
     print("|---|---|---|---|---|---|---|")
     for name, primal, grad, ratio, numba_s, build_s, _ in rows:
         verdict = "met" if ratio <= 3 else "MISSED"

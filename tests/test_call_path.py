@@ -7,21 +7,12 @@ from numba import njit
 import enzpy
 from enzpy import (Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse,
                    ReverseWithPrimal, autodiff, pipeline)
+from test_arrays import reads_after_write
 
 
 @njit
 def weighted(a, x, c):
     return a * (x ** 2).sum() + c
-
-
-@njit
-def reads_after_write(x, y):
-    for i in range(y.shape[0]):
-        y[i] = 2.0 * x[i]
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += x[i] * y[i]
-    return s
 
 
 X = np.array([0.5, -1.0, 2.0])
