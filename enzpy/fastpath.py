@@ -20,6 +20,7 @@ MISS = object()
 # Fast paths kept per (dispatcher, mode): most recent first.
 KEPT_PER_FUNCTION = 4
 
+
 def _dead():
     return None
 
