@@ -84,11 +84,6 @@ def unsup_gamma_caller(x):
 
 
 @njit
-def unsup_ldexp(x):
-    return math.ldexp(x, 3)
-
-
-@njit
 def unsup_frexp(x):
     m, e = math.frexp(x)
     return m * x
@@ -227,8 +222,6 @@ CORPUS = [
      ["numba_gamma", "near line"]),
     ("gamma_in_callee", unsup_gamma_caller, lambda: [Active(2.5)], UnsupportedError,
      "unsup_gamma_callee", ["numba_gamma"]),
-    ("ldexp", unsup_ldexp, lambda: [Active(0.7)], UnsupportedError, "unsup_ldexp",
-     ["numba_ldexp"]),
     ("frexp", unsup_frexp, lambda: [Active(0.7)], UnsupportedError, "unsup_frexp",
      ["numba_frexp"]),
     ("nextafter", unsup_nextafter, lambda: [Active(0.7)], UnsupportedError, "unsup_nextafter",
