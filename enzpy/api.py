@@ -154,16 +154,15 @@ def _shadow_values(args, positions):
                     or not dx.flags.writeable or np.may_share_memory(x, dx):
                 check_shadow(i, x, dx)
             if dx.strides != x.strides:
-                copies = (copies or []) + [(dx, i)]
+                copies = (copies or []) + [(dx, len(shadows))]
         elif not _is_float_scalar(x):
             check_shadow(i, x, dx)
         shadows.append(dx)
-    if copies:
-        for k, (dx, i) in enumerate(copies):
-            stand_in = strided_like(args[i].val)
-            stand_in[...] = dx
-            shadows[positions.index(i)] = stand_in
-            copies[k] = (dx, stand_in)
+    for k, (dx, slot) in enumerate(copies or ()):
+        stand_in = strided_like(args[positions[slot]].val)
+        stand_in[...] = dx
+        shadows[slot] = stand_in
+        copies[k] = (dx, stand_in)
     return shadows, copies
 
 

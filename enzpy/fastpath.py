@@ -70,8 +70,6 @@ def generate(entry, mode, args, annotations, type_flags, stats, float_tangents):
             x = a
         if not guard_value(v, x):
             return None
-        if cls is active and type(x) is np.ndarray:
-            return None
         values.append(v)
         if cls is duplicated:
             d, dx = f"d{i}", a.dval

@@ -228,6 +228,7 @@ class ShadowMemory:
         is refused."""
         roots = self._merged_roots({self._root(a)[:2] for a in ins.args[:2]
                                     if a.type == "ptr"})
+        own = set(roots)            # this copy's own source and destination
         copies = [other for b in self.fn.blocks for other in b.instructions
                   if other.opcode == "call"
                   and other.callee.startswith(("llvm.memcpy", "llvm.memmove", "llvm.memset"))]
@@ -240,8 +241,9 @@ class ShadowMemory:
                 if touched & roots and not touched <= roots:
                     roots |= self._merged_roots(touched)
                     grown = True
-        # typed_ints: an integer or boolean array's data among the roots (its
-        # element type, unlike a load's, covers all of the memory)
+        # typed_ints: this copy's source or destination is an integer or boolean
+        # array's data (its element type, unlike a load's, covers all of the
+        # memory): the copy moves integers, whatever else is unknown
         found, unknown, resized, typed_ints = set(), False, False, False
         for b in self.fn.blocks:
             for other in b.instructions:
@@ -260,7 +262,7 @@ class ShadowMemory:
                             if other.callee else None
                         if element is not None:
                             found.add(element)
-                            typed_ints |= element == "int"
+                            typed_ints |= element == "int" and self._root(a)[:2] in own
                         elif _VARSIZE_CALLS.match(other.callee or ""):
                             resized = True
                         elif not _OPAQUE_SAFE.match(other.callee or ""):
@@ -272,7 +274,7 @@ class ShadowMemory:
                 element = self.builder.data_pointer_type(self.fn.name, names.index(name))
                 found.add(element)
                 unknown |= element is None
-                typed_ints |= element == "int"
+                typed_ints |= element == "int" and (kind, name) in own
             elif kind == "inst" and self.fn.defs[name].opcode == "alloca":
                 source = self.fn.defs[name].source_type
                 found |= {_scalar_kind(t) for t in _leaf_types(source)}
@@ -282,7 +284,7 @@ class ShadowMemory:
                 element = self._returned_element(self.fn.defs[name])
                 found.add(element)
                 unknown |= element is None
-                typed_ints |= element == "int"
+                typed_ints |= element == "int" and (kind, name) in own
             elif kind != "inst" or self.fn.defs[name].opcode != "call" or \
                     self.fn.defs[name].callee not in ALLOCATORS:
                 unknown = True
@@ -337,21 +339,27 @@ class ShadowMemory:
             flags = "inbounds " if " inbounds " in ins.text else ""
             indices = "".join(f", {i.type} {primal(i).ref}" for i in ins.operands[1:])
             text = f"getelementptr {flags}{ins.source_type}, ptr {base.ref}{indices}"
-            is_null = None
             if base.ref != "null" and not self._never_null(base):
-                address = e.define(ty, text)
-                is_null = self._null_test(base)
-                text = f"select i1 {is_null.ref}, ptr null, ptr {address.ref}"
+                return self.null_with(base, e.define(ty, text), name)
         else:
-            is_null = None
             text = self._shadow_text(ins, primal, shadow)
         if name is None:
-            result = e.define(ty, text)
+            return e.define(ty, text)
+        e.emit(f"{local(name)} = {text}")
+        return Value(local(name), ty, "inst", name)
+
+    def null_with(self, base: Value, address: Value, name=None) -> Value:
+        """``address`` (computed from the shadow pointer ``base``), or null when
+        ``base`` is null; its null test is ``base``'s (see ``_null_test``)."""
+        e = self.e
+        is_null = self._null_test(base)
+        text = f"select i1 {is_null.ref}, ptr null, ptr {address.ref}"
+        if name is None:
+            result = e.define("ptr", text)
         else:
             e.emit(f"{local(name)} = {text}")
-            result = Value(local(name), ty, "inst", name)
-        if is_null is not None:
-            e.null_tests[result.ref] = is_null
+            result = Value(local(name), "ptr", "inst", name)
+        e.null_tests[result.ref] = is_null
         return result
 
     def _shadow_text(self, ins, primal, shadow) -> str:

@@ -258,12 +258,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         if base.ref == "null":
             return base
         address = e.define("ptr", f"getelementptr {op[4:]}, ptr {base.ref}, {ty} {scaled.ref}")
-        if not shadow:
-            return address
-        is_null = self._null_test(base)
-        value = e.define("ptr", f"select i1 {is_null.ref}, ptr null, ptr {address.ref}")
-        e.null_tests[value.ref] = is_null
-        return value
+        return self.null_with(base, address) if shadow else address
 
     def _recompute(self, key, ins, block, depth) -> Value:
         e = self.e
