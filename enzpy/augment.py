@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from .emitter import Emitter
 from .ir import Value, contains_float, contains_pointer, local
-from .memory import (ALLOCATORS, FREES, null_shadow, shadow_name, slot_at, strip_metadata,
+from .memory import (ALLOCATORS, FREES, null_shadow, shadow_name, strip_metadata,
                      zero_allocation)
 from .analysis import RAW_ALLOCATORS, RESIZERS
 from .runtime import VARSIZE_FREE, free_shadow, resize_shadow
-from .tape import PUSH, slot_bytes
+from .tape import TapeRecord
 
 INLINE_LIMIT = 120         # instructions of a primal function whose derivative may be inlined
 
@@ -149,23 +149,11 @@ class AugmentedForward:
         pushed = self.pushed.get(b.name, {})
         if not (pushed or self._needs_edge(b)):
             return
-        e = self.e
-        size = sum(slot_bytes(t) for t in pushed.values()) + (8 if self._needs_edge(b) else 0)
-        slot = e.call(PUSH, "ptr", [Value('%"enzpy.tape"', "ptr", "arg"), Value(str(size), "i64", "const")])
-        offset = 0
-        for key, ty in pushed.items():
-            e.emit(f"store {ty} {self._forward_value(key)}, ptr {slot_at(e, slot, offset)}, align 8")
-            offset += slot_bytes(ty)
-        if self._needs_edge(b):
-            e.emit(f"store i32 {local('~edge.' + b.name)}, ptr {slot_at(e, slot, offset)}, align 8")
+        TapeRecord(pushed.values(), self._needs_edge(b)).push(
+            self.e, [self._forward_value(key) for key in pushed], local("~edge." + b.name))
 
     def _push_frame(self, b, slots):
         e = self.e
-        size = sum(slot_bytes(t) for t in self.frame.values()) + 8
-        slot = e.call(PUSH, "ptr", [Value('%"enzpy.tape"', "ptr", "arg"), Value(str(size), "i64", "const")])
-        offset = 0
-        for key, ty in self.frame.items():
-            v = e.define(ty, f"load {ty}, ptr {local(slots[key])}")
-            e.emit(f"store {ty} {v.ref}, ptr {slot_at(e, slot, offset)}, align 8")
-            offset += slot_bytes(ty)
-        e.emit(f"store i32 {self.cfg.exits.index(b.name)}, ptr {slot_at(e, slot, offset)}, align 8")
+        values = [e.define(ty, f"load {ty}, ptr {local(slots[key])}").ref
+                  for key, ty in self.frame.items()]
+        TapeRecord(self.frame.values(), True).push(e, values, str(self.cfg.exits.index(b.name)))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from .errors import UnsupportedError
 from .ir import Function, Value, local, tangent_name
+from .runtime import counted_loop
 from .tape import POP, PUSH
 
 KINDS = {100: ("double", 8), 115: ("float", 4)}        # 'd', 's'
@@ -407,38 +408,24 @@ has_out:
 
 
 def _block_scale(ty: str) -> str:
+    row = f"""  %p = getelementptr {ty}, ptr %base, i64 %i
+  %v = load {ty}, ptr %p
+  %scaled = fmul {ty} %v, %s
+  %zero = fcmp oeq {ty} %s, 0.0
+  %w = select i1 %zero, {ty} 0.0, {ty} %scaled
+  store {ty} %w, ptr %p"""
+    column = f"""  %offset = mul i64 %j, %ld
+  %base = getelementptr {ty}, ptr %a, i64 %offset
+{counted_loop("rows.loop", "%rows", row, "column.end")}column.end:"""
     return f"""
 ; A (rows x cols, leading dimension ld, column-major) *= s; zeroed when s is 0
 ; (BLAS leaves beta * C unread when beta is 0). Nothing when A is null.
 define internal void @enzpy.block.scale.{ty}(ptr %a, i64 %rows, i64 %cols, i64 %ld, {ty} %s) {{
 entry:
   %null = icmp eq ptr %a, null
-  br i1 %null, label %exit, label %columns
-columns:
-  %j = phi i64 [ 0, %entry ], [ %j.next, %column.end ]
-  %j.done = icmp sge i64 %j, %cols
-  br i1 %j.done, label %exit, label %column
-column:
-  %offset = mul i64 %j, %ld
-  %base = getelementptr {ty}, ptr %a, i64 %offset
-  br label %rows.loop
-rows.loop:
-  %i = phi i64 [ 0, %column ], [ %i.next, %row ]
-  %i.done = icmp sge i64 %i, %rows
-  br i1 %i.done, label %column.end, label %row
-row:
-  %p = getelementptr {ty}, ptr %base, i64 %i
-  %v = load {ty}, ptr %p
-  %scaled = fmul {ty} %v, %s
-  %zero = fcmp oeq {ty} %s, 0.0
-  %w = select i1 %zero, {ty} 0.0, {ty} %scaled
-  store {ty} %w, ptr %p
-  %i.next = add i64 %i, 1
-  br label %rows.loop
-column.end:
-  %j.next = add i64 %j, 1
-  br label %columns
-exit:
+  br i1 %null, label %exit, label %go
+go:
+{counted_loop("columns.loop", "%cols", column, "exit", index="j")}exit:
   ret void
 }}
 """

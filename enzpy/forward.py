@@ -23,7 +23,8 @@ from .errors import UnsupportedError
 from .generator import DerivativeGenerator
 from .ir import Value, contains_float, contains_pointer, is_float_type, local, tangent_name
 from .memory import FREES, ShadowMemory, strip_metadata, zero_allocation
-from .runtime import FREE_SHADOW, RESIZE_SHADOW, VARSIZE_FREE, free_shadow, resize_shadow
+from .runtime import (FREE_SHADOW, RESIZE_SHADOW, VARSIZE_FREE, counted_loop, free_shadow,
+                      resize_shadow)
 
 SINK_READ = "enzpy.fwd.zeros"
 SINK_WRITE = "enzpy.fwd.trash"
@@ -232,6 +233,14 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
 
 
 def _copy(ty: str, size: int) -> str:
+    up = f"""  %ps = getelementptr {ty}, ptr %src, i64 %i
+  %v = load {ty}, ptr %ps
+  %pd = getelementptr {ty}, ptr %dst, i64 %i
+  store {ty} %v, ptr %pd"""
+    down = f"""  %qs = getelementptr {ty}, ptr %src, i64 %j
+  %w = load {ty}, ptr %qs
+  %qd = getelementptr {ty}, ptr %dst, i64 %j
+  store {ty} %w, ptr %qd"""
     return f"""
 ; dst' = src' over n bytes of {ty}s (zeros when src' is null, nothing when dst' is).
 define internal void @enzpy.fwd.copy.{ty}(ptr %dst, ptr %src, i64 %n) {{
@@ -247,30 +256,10 @@ zero:
   call void @enzpy.fwd.zero(ptr %dst, i64 %n)
   br label %exit
 direction:
-  br i1 %backward, label %down, label %up
-up:
-  %i = phi i64 [ 0, %direction ], [ %i.next, %up.body ]
-  %up.done = icmp uge i64 %i, %count
-  br i1 %up.done, label %exit, label %up.body
-up.body:
-  %ps = getelementptr {ty}, ptr %src, i64 %i
-  %v = load {ty}, ptr %ps
-  %pd = getelementptr {ty}, ptr %dst, i64 %i
-  store {ty} %v, ptr %pd
-  %i.next = add i64 %i, 1
-  br label %up
-down:
-  %j = phi i64 [ %count, %direction ], [ %j.next, %down.body ]
-  %down.done = icmp eq i64 %j, 0
-  br i1 %down.done, label %exit, label %down.body
-down.body:
-  %j.next = sub i64 %j, 1
-  %qs = getelementptr {ty}, ptr %src, i64 %j.next
-  %w = load {ty}, ptr %qs
-  %qd = getelementptr {ty}, ptr %dst, i64 %j.next
-  store {ty} %w, ptr %qd
-  br label %down
-exit:
+  br i1 %backward, label %down.start, label %up.start
+up.start:
+{counted_loop("up", "%count", up, "exit")}down.start:
+{counted_loop("down", "%count", down, "exit", index="j", reverse=True)}exit:
   ret void
 }}
 
@@ -278,29 +267,23 @@ exit:
 
 
 def _dot(ty: str) -> str:
-    return f"""
-; out += sum x[i] * y[i] over n {ty}s; nothing when x is null (no tangent). The
-; result goes through memory, like Numba's returns, so reverse mode follows it.
-define internal void @enzpy.fwd.dot.{ty}(ptr %out, i64 %n, ptr %x, ptr %y) {{
-entry:
-  %null = icmp eq ptr %x, null
-  br i1 %null, label %exit, label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %body ]
-  %done = icmp sge i64 %i, %n
-  br i1 %done, label %exit, label %body
-body:
-  %px = getelementptr {ty}, ptr %x, i64 %i
+    body = f"""  %px = getelementptr {ty}, ptr %x, i64 %i
   %py = getelementptr {ty}, ptr %y, i64 %i
   %vx = load {ty}, ptr %px
   %vy = load {ty}, ptr %py
   %m = fmul {ty} %vx, %vy
   %acc = load {ty}, ptr %out
   %sum = fadd {ty} %acc, %m
-  store {ty} %sum, ptr %out
-  %next = add i64 %i, 1
-  br label %loop
-exit:
+  store {ty} %sum, ptr %out"""
+    return f"""
+; out += sum x[i] * y[i] over n {ty}s; nothing when x is null (no tangent). The
+; result goes through memory, like Numba's returns, so reverse mode follows it.
+define internal void @enzpy.fwd.dot.{ty}(ptr %out, i64 %n, ptr %x, ptr %y) {{
+entry:
+  %null = icmp eq ptr %x, null
+  br i1 %null, label %exit, label %go
+go:
+{counted_loop("loop", "%n", body, "exit")}exit:
   ret void
 }}
 """

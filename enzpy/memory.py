@@ -66,12 +66,6 @@ def null_shadow(ty: str) -> Value:
     return Value("null" if ty == "ptr" else "zeroinitializer", ty, "const")
 
 
-def slot_at(e: Emitter, base: Value, offset: int) -> str:
-    if offset == 0:
-        return base.ref
-    return e.define("ptr", f"getelementptr inbounds i8, ptr {base.ref}, i64 {offset}").ref
-
-
 def zero_allocation(e: Emitter, ins, shadow: Value):
     """Zero the data of ``shadow``, a new allocation made like ``ins`` (whose
     first argument is the size in bytes)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from .custom import FunctionRule, register
 from .ir import Function, Value, local, size_and_alignment
+from .runtime import counted_loop
 from .tape import HEADER, POP, PUSH, TAPE_TYPE
 
 PARALLEL_FOR = "numba_parallel_for"
@@ -96,18 +97,7 @@ entry:
   %table.steps = alloca i64
   store i64 {_TAPE_BYTES}, ptr %table.steps
   call void @{PARALLEL_FOR}(ptr @"{wrap_rev}", ptr %table, ptr %table.dims, ptr %table.steps, ptr %ctx, i64 0, i64 1, i64 %threads)
-  br label %free
-free:
-  %i = phi i64 [ 0, %entry ], [ %i.next, %free.body ]
-  %done = icmp sge i64 %i, %n
-  br i1 %done, label %exit, label %free.body
-free.body:
-  %offset = mul i64 %i, {_TAPE_BYTES}
-  %t = getelementptr i8, ptr %tapes, i64 %offset
-  call void @enzpy.tape.discard(ptr %t)
-  %i.next = add i64 %i, 1
-  br label %free
-exit:
+{counted_loop("free", "%n", _DISCARD_ENTRY, "exit")}exit:
   call void @free(ptr %tapes)
   ret void
 }}
@@ -160,11 +150,35 @@ _UNPACK = f"""  %base = load ptr, ptr %ctx
   %shadows.j = alloca ptr, i64 %count"""
 
 
+_DISCARD_ENTRY = f"""  %offset = mul i64 %i, {_TAPE_BYTES}
+  %t = getelementptr i8, ptr %tapes, i64 %offset
+  call void @enzpy.tape.discard(ptr %t)"""
+
+# Entry j's arguments (and shadows, when there are any) are the first entry's
+# advanced j steps: args.j[k] = args[k] + j * steps[k].
+_SHIFT_ARGS = """  %pa = getelementptr ptr, ptr %args, i64 %k
+  %a = load ptr, ptr %pa
+  %ps = getelementptr i64, ptr %steps, i64 %k
+  %step = load i64, ptr %ps
+  %by = mul i64 %step, %j
+  %aj = getelementptr i8, ptr %a, i64 %by
+  %qa = getelementptr ptr, ptr %args.j, i64 %k
+  store ptr %aj, ptr %qa
+{shift}"""
+
+
 def _augmented_entries(name, body):
     """Run by ``numba_parallel_for`` on each thread: the body's augmented
     forward on each of the thread's schedule entries, one at a time, with
     arguments and shadows advanced to the entry and the entry's own tape
     (entry i's is ``tapes + i * _TAPE_BYTES``)."""
+    shift = counted_loop("args.loop", "%count", _SHIFT_ARGS.format(shift=_shadow_shift("%by")),
+                         "call", index="k")
+    entry = f"""{shift}call:
+  %index = add i64 %first, %j
+  %tape.offset = mul i64 %index, {_TAPE_BYTES}
+  %tape = getelementptr i8, ptr %tapes, i64 %tape.offset
+  call void @"{body.aug_name}"(ptr %args.j, ptr %dims.j, ptr %steps, ptr null, ptr %shadows.j, ptr %tape)"""
     return f"""
 define internal void @"{name}"(ptr %args, ptr %dims, ptr %steps, ptr %ctx) {{
 setup:
@@ -181,37 +195,7 @@ setup:
   %dims.bytes = shl i64 %ndim1, 3
   call void @llvm.memcpy.p0.p0.i64(ptr %dims.j, ptr %dims, i64 %dims.bytes, i1 false)
   store i64 1, ptr %dims.j
-  br label %loop
-loop:
-  %j = phi i64 [ 0, %setup ], [ %j.next, %call ]
-  %j.done = icmp sge i64 %j, %loopcount
-  br i1 %j.done, label %exit, label %shift
-shift:
-  br label %args.loop
-args.loop:
-  %k = phi i64 [ 0, %shift ], [ %k.next, %args.body ]
-  %k.done = icmp sge i64 %k, %count
-  br i1 %k.done, label %call, label %args.body
-args.body:
-  %pa = getelementptr ptr, ptr %args, i64 %k
-  %a = load ptr, ptr %pa
-  %ps = getelementptr i64, ptr %steps, i64 %k
-  %step = load i64, ptr %ps
-  %by = mul i64 %step, %j
-  %aj = getelementptr i8, ptr %a, i64 %by
-  %qa = getelementptr ptr, ptr %args.j, i64 %k
-  store ptr %aj, ptr %qa
-{_shadow_shift("%by")}
-  %k.next = add i64 %k, 1
-  br label %args.loop
-call:
-  %index = add i64 %first, %j
-  %tape.offset = mul i64 %index, {_TAPE_BYTES}
-  %tape = getelementptr i8, ptr %tapes, i64 %tape.offset
-  call void @"{body.aug_name}"(ptr %args.j, ptr %dims.j, ptr %steps, ptr null, ptr %shadows.j, ptr %tape)
-  %j.next = add i64 %j, 1
-  br label %loop
-exit:
+{counted_loop("loop", "%loopcount", entry, "exit", index="j")}exit:
   ret void
 }}
 """
@@ -222,6 +206,9 @@ def _reversed_entries(name, body):
     reverse of each of the thread's entries. The body's reverse reads what it
     needs from the entry's tape; the argument pointers it is given are those
     of the forward sweep, not read again."""
+    entry = f"""  %tape.offset = mul i64 %j, {_TAPE_BYTES}
+  %tape = getelementptr i8, ptr %tapes, i64 %tape.offset
+  call {body.rev_type} @"{body.rev_name}"(ptr %base, ptr %dims, ptr %steps, ptr null, ptr %shadow.base, ptr %tape)"""
     return f"""
 define internal void @"{name}"(ptr %table, ptr %dims, ptr %steps, ptr %ctx) {{
 setup:
@@ -230,18 +217,7 @@ setup:
   %shadow.base = load ptr, ptr %ctx.1
   %loopcount = load i64, ptr %dims
   %tapes = load ptr, ptr %table
-  br label %loop
-loop:
-  %j = phi i64 [ 0, %setup ], [ %j.next, %call ]
-  %j.done = icmp sge i64 %j, %loopcount
-  br i1 %j.done, label %exit, label %call
-call:
-  %tape.offset = mul i64 %j, {_TAPE_BYTES}
-  %tape = getelementptr i8, ptr %tapes, i64 %tape.offset
-  call {body.rev_type} @"{body.rev_name}"(ptr %base, ptr %dims, ptr %steps, ptr null, ptr %shadow.base, ptr %tape)
-  %j.next = add i64 %j, 1
-  br label %loop
-exit:
+{counted_loop("loop", "%loopcount", entry, "exit", index="j")}exit:
   ret void
 }}
 """
@@ -251,24 +227,16 @@ def _tangent_entries(name, body):
     """Run by ``numba_parallel_for`` on each thread: the body's tangent
     function on the thread's schedule entries, shadows advanced like the
     arguments."""
+    copy = f"""  %pa = getelementptr ptr, ptr %args, i64 %k
+  %a = load ptr, ptr %pa
+  %qa = getelementptr ptr, ptr %args.j, i64 %k
+  store ptr %a, ptr %qa
+{_shadow_shift("0")}"""
     return f"""
 define internal void @"{name}"(ptr %args, ptr %dims, ptr %steps, ptr %ctx) {{
 setup:
 {_UNPACK}
-  br label %args.loop
-args.loop:
-  %k = phi i64 [ 0, %setup ], [ %k.next, %args.body ]
-  %k.done = icmp sge i64 %k, %count
-  br i1 %k.done, label %call, label %args.body
-args.body:
-  %pa = getelementptr ptr, ptr %args, i64 %k
-  %a = load ptr, ptr %pa
-  %qa = getelementptr ptr, ptr %args.j, i64 %k
-  store ptr %a, ptr %qa
-{_shadow_shift("0")}
-  %k.next = add i64 %k, 1
-  br label %args.loop
-call:
+{counted_loop("args.loop", "%count", copy, "call", index="k")}call:
   call void @"{body.name}"(ptr %args.j, ptr %dims, ptr %steps, ptr null, ptr %shadows.j)
   ret void
 }}

@@ -27,8 +27,8 @@ from .ir import (Instruction, Value, contains_float, contains_pointer, fields_of
                  local)
 from .augment import AugmentedForward
 from .generator import DerivativeGenerator
-from .memory import ShadowMemory, null_shadow, shadow_name, slot_at
-from .tape import POP, slot_bytes
+from .memory import ShadowMemory, null_shadow, shadow_name
+from .tape import TapeRecord
 
 RECOMPUTABLE = {
     "fadd", "fsub", "fmul", "fneg", "add", "sub", "mul", "shl", "lshr", "ashr", "and", "or", "xor", "udiv", "sdiv",
@@ -325,37 +325,26 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
 
     def _pop_frame(self, e):
         exits = self.cfg.exits
-        size = sum(slot_bytes(t) for t in self.frame.values()) + 8
-        slot = e.call(POP, "ptr", [Value('%"enzpy.tape"', "ptr", "arg"), Value(str(size), "i64", "const")])
-        offset = 0
-        for key, ty in self.frame.items():
-            e.emit(f"{local(f'~fr.{key[0]}.{key[1]}')} = load {ty}, ptr "
-                   f"{slot_at(e, slot, offset)}, align 8")
-            offset += slot_bytes(ty)
-        exit_id = e.define("i32", f"load i32, ptr {slot_at(e, slot, offset)}, align 8")
+        TapeRecord(self.frame.values(), True).pop(
+            e, [local(f"~fr.{key[0]}.{key[1]}") for key in self.frame], local("~exit.id"))
         cases = " ".join(f"i32 {i}, label {local('~rev.' + b)}" for i, b in enumerate(exits))
-        e.emit(f"switch i32 {exit_id.ref}, label {local('~rev.' + exits[0])} [ {cases} ]")
+        e.emit(f"switch i32 {local('~exit.id')}, label {local('~rev.' + exits[0])} [ {cases} ]")
 
     def _pop_block(self, b):
         e = self.e
         pushed = self.pushed.get(b.name, {})
         if self.planning or not (pushed or self._needs_edge(b)):
             return
-        size = sum(slot_bytes(t) for t in pushed.values()) + (8 if self._needs_edge(b) else 0)
-        slot = e.call(POP, "ptr", [Value('%"enzpy.tape"', "ptr", "arg"), Value(str(size), "i64", "const")])
-        offset = 0
-        for key, ty in pushed.items():
-            value = local(f'~rv.{b.name}.{key[0]}.{key[1]}')
-            e.emit(f"{value} = load {ty}, ptr {slot_at(e, slot, offset)}, align 8")
-            offset += slot_bytes(ty)
+        TapeRecord(pushed.values(), self._needs_edge(b)).pop(
+            e, [local(f"~rv.{b.name}.{key[0]}.{key[1]}") for key in pushed],
+            local(f"~edge.{b.name}"))
+        for key in pushed:
             if key[1].startswith("~ctr."):
                 # A trip count is never negative: told so, LLVM sees that the
                 # reverse loop's recomputed indices are too (no wrap-around of
                 # negative indices), and can vectorise the loop.
-                nonnegative = e.define("i1", f"icmp sge i64 {value}, 0")
+                nonnegative = e.define("i1", f"icmp sge i64 {local(f'~rv.{b.name}.{key[0]}.{key[1]}')}, 0")
                 e.emit(f"call void @llvm.assume(i1 {nonnegative.ref})")
-        if self._needs_edge(b):
-            e.emit(f"{local(f'~edge.{b.name}')} = load i32, ptr {slot_at(e, slot, offset)}, align 8")
 
     def _needs_edge(self, b) -> bool:
         """Whether the edge into ``b`` must be recorded (it cannot be recomputed)."""

@@ -8,6 +8,30 @@ from .ir import Value
 
 FLOAT_BYTES = {"double": 8, "float": 4}
 
+
+def counted_loop(label: str, count: str, body: str, exit: str, index: str = "i",
+                 reverse: bool = False) -> str:
+    """IR text of ``for index in range(count)`` (``reversed(range(count))`` when
+    ``reverse``), to be placed where the current block ends: blocks ``label``
+    (the test), ``label.body`` (``body``, which may branch but must fall through
+    at its end) and ``label.latch``, then control goes to ``exit``. Every loop
+    of the runtime's IR is written with it (one shape, one place to get the
+    phi and the bounds right)."""
+    i = f"%{index}"
+    if reverse:     # i.left counts the iterations still to run; i = i.left - 1
+        test = (f"  {i}.left = phi i64 [ {count}, %{label}.pre ], [ {i}, %{label}.latch ]\n"
+                f"  {i}.done = icmp sle i64 {i}.left, 0\n")
+        first, step = f"  {i} = sub i64 {i}.left, 1\n", ""
+    else:
+        test = (f"  {i} = phi i64 [ 0, %{label}.pre ], [ {i}.next, %{label}.latch ]\n"
+                f"  {i}.done = icmp sge i64 {i}, {count}\n")
+        first, step = "", f"  {i}.next = add i64 {i}, 1\n"
+    return (f"  br label %{label}.pre\n{label}.pre:\n  br label %{label}\n{label}:\n{test}"
+            f"  br i1 {i}.done, label %{exit}, label %{label}.body\n{label}.body:\n{first}"
+            f"{body.rstrip()}\n  br label %{label}.latch\n{label}.latch:\n{step}"
+            f"  br label %{label}\n")
+
+
 # Offsets of ``data`` and ``size`` in Numba's NRT_MemInfo {refct, dtor, dtor_info, data, size, ...}.
 _MEMINFO_DATA_OFFSET = 24
 _MEMINFO_SIZE_OFFSET = 32
@@ -84,6 +108,17 @@ def resize_shadow(e, ins, shadow_meminfo):
 
 def _memcpy_adjoint(ty: str) -> str:
     size = FLOAT_BYTES[ty]
+    body = f"""  %pd = getelementptr {ty}, ptr %dst, i64 %i
+  %d = load {ty}, ptr %pd
+  store {ty} 0.0, ptr %pd
+  br i1 %src_null, label %next, label %accumulate
+accumulate:
+  %ps = getelementptr {ty}, ptr %src, i64 %i
+  %s = load {ty}, ptr %ps
+  %t = fadd {ty} %s, %d
+  store {ty} %t, ptr %ps
+  br label %next
+next:"""
     return f"""
 ; The reverse of memcpy(dst, src, n) on {ty} data: src' += dst'; dst' = 0.
 define internal void @enzpy.memcpy.adjoint.{ty}(ptr %dst, ptr %src, i64 %n) {{
@@ -93,26 +128,7 @@ entry:
   br i1 %dst_null, label %exit, label %check_src
 check_src:
   %src_null = icmp eq ptr %src, null
-  br label %loop
-loop:
-  %i = phi i64 [ 0, %check_src ], [ %next, %latch ]
-  %done = icmp uge i64 %i, %count
-  br i1 %done, label %exit, label %body
-body:
-  %pd = getelementptr {ty}, ptr %dst, i64 %i
-  %d = load {ty}, ptr %pd
-  store {ty} 0.0, ptr %pd
-  br i1 %src_null, label %latch, label %accumulate
-accumulate:
-  %ps = getelementptr {ty}, ptr %src, i64 %i
-  %s = load {ty}, ptr %ps
-  %t = fadd {ty} %s, %d
-  store {ty} %t, ptr %ps
-  br label %latch
-latch:
-  %next = add i64 %i, 1
-  br label %loop
-exit:
+{counted_loop("loop", "%count", body, "exit")}exit:
   ret void
 }}
 """
@@ -138,27 +154,21 @@ exit:
 
 
 def _axpy(ty: str) -> str:
-    return f"""
-; y += alpha * x over n {ty}s; nothing when y is null (no shadow).
-define internal void @enzpy.axpy.{ty}(i64 %n, {ty} %alpha, ptr %x, ptr %y) {{
-entry:
-  %null = icmp eq ptr %y, null
-  br i1 %null, label %exit, label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %body ]
-  %done = icmp sge i64 %i, %n
-  br i1 %done, label %exit, label %body
-body:
-  %px = getelementptr {ty}, ptr %x, i64 %i
+    body = f"""  %px = getelementptr {ty}, ptr %x, i64 %i
   %py = getelementptr {ty}, ptr %y, i64 %i
   %vx = load {ty}, ptr %px
   %vy = load {ty}, ptr %py
   %m = fmul {ty} %alpha, %vx
   %s = fadd {ty} %vy, %m
-  store {ty} %s, ptr %py
-  %next = add i64 %i, 1
-  br label %loop
-exit:
+  store {ty} %s, ptr %py"""
+    return f"""
+; y += alpha * x over n {ty}s; nothing when y is null (no shadow).
+define internal void @enzpy.axpy.{ty}(i64 %n, {ty} %alpha, ptr %x, ptr %y) {{
+entry:
+  %null = icmp eq ptr %y, null
+  br i1 %null, label %exit, label %go
+go:
+{counted_loop("loop", "%n", body, "exit")}exit:
   ret void
 }}
 """

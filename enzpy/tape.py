@@ -9,7 +9,7 @@ reverse sweep releases the same block in reverse order. Growth (``realloc``) is
 the rare, out-of-line branch.
 """
 
-from .ir import fields_of
+from .ir import Value, fields_of
 
 TAPE_TYPE = "{ ptr, i64, i64, i64, i32, ptr }"
 SLOT = 8          # every recorded scalar takes one 8-byte slot
@@ -169,3 +169,48 @@ def slot_bytes(ty: str) -> int:
         count, _ = ty[1:-1].split(" x ", 1)
         return int(count) * SLOT
     return SLOT
+
+
+_TAPE_ARG = Value('%"enzpy.tape"', "ptr", "arg")
+
+
+def slot_at(e, base: Value, offset: int) -> str:
+    """The address ``offset`` bytes into a reserved block of the tape."""
+    if offset == 0:
+        return base.ref
+    return e.define("ptr", f"getelementptr inbounds i8, ptr {base.ref}, i64 {offset}").ref
+
+
+class TapeRecord:
+    """The layout of one record of the tape: values of ``types`` in 8-byte
+    slots, then, when ``tagged``, an i32 saying which way control went (the edge
+    a block was entered by, the exit a call left by). The augmented forward
+    pushes a record and the reverse sweep pops it; both take the offsets from
+    here, so the two sides cannot disagree on the layout."""
+
+    def __init__(self, types, tagged: bool):
+        self.types = list(types)
+        self.tagged = tagged
+        self.offsets, offset = [], 0
+        for ty in self.types:
+            self.offsets.append(offset)
+            offset += slot_bytes(ty)
+        self.tag_offset = offset
+        self.size = offset + (SLOT if tagged else 0)
+
+    def push(self, e, values, tag: str | None = None):
+        """Reserve the record and store ``values`` (IR operands) and ``tag``."""
+        block = e.call(PUSH, "ptr", [_TAPE_ARG, Value(str(self.size), "i64", "const")])
+        for ty, value, offset in zip(self.types, values, self.offsets):
+            e.emit(f"store {ty} {value}, ptr {slot_at(e, block, offset)}, align 8")
+        if self.tagged:
+            e.emit(f"store i32 {tag}, ptr {slot_at(e, block, self.tag_offset)}, align 8")
+
+    def pop(self, e, names, tag: str | None = None):
+        """Release the record, loading its values into the IR names ``names``
+        and its tag into ``tag``."""
+        block = e.call(POP, "ptr", [_TAPE_ARG, Value(str(self.size), "i64", "const")])
+        for ty, name, offset in zip(self.types, names, self.offsets):
+            e.emit(f"{name} = load {ty}, ptr {slot_at(e, block, offset)}, align 8")
+        if self.tagged:
+            e.emit(f"{tag} = load i32, ptr {slot_at(e, block, self.tag_offset)}, align 8")
