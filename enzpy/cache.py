@@ -104,6 +104,7 @@ class ModuleBuilder:
             "llvm.assume": "declare void @llvm.assume(i1)"}
         self.texts = []
         self._pending = []
+        self._generating = []       # derivatives being written, outermost first
         name_parallel_loops(module)
         self._lines = {}
         self._elements = {}
@@ -239,17 +240,32 @@ class ModuleBuilder:
         self.user_args[symbol] = set(range(len(activity)))
         root = self.derivative(symbol, activity)
         while self._pending:
-            deriv = self._pending.pop()
-            forward = self.mode == "forward"
-            if deriv.fn.blocks:
-                generator = ForwardGenerator if forward else ReverseGenerator
-                self.texts.append(generator(self, deriv, self.describe).generate())
-            else:
-                rule = rule_for(deriv.fn.name, self.module)[0]
-                self.declarations.update(rule.declarations())
-                self.texts.append(rule.forward(deriv, self) if forward else
-                                  rule.reverse(deriv, self))
+            self._generate(self._pending.pop())
         return root
+
+    def _generate(self, deriv):
+        self._generating.append(deriv)
+        forward = self.mode == "forward"
+        if deriv.fn.blocks:
+            generator = ForwardGenerator if forward else ReverseGenerator
+            self.texts.append(generator(self, deriv, self.describe).generate())
+        else:
+            rule = rule_for(deriv.fn.name, self.module)[0]
+            self.declarations.update(rule.declarations())
+            self.texts.append(rule.forward(deriv, self) if forward else
+                              rule.reverse(deriv, self))
+        self._generating.pop()
+
+    def reverse_reads(self, deriv):
+        """The parameters ``deriv``'s reverse function reads (None: unknown, take
+        all): a caller records only those for the call's reverse. A derivative
+        not written yet is written now, callee before caller, unless it is being
+        written (a recursive call) or the chain of calls is deep."""
+        if deriv.reverse_reads is None and deriv in self._pending and \
+                deriv not in self._generating and len(self._generating) < _MAX_NESTED_WRITES:
+            self._pending.remove(deriv)
+            self._generate(deriv)
+        return deriv.reverse_reads
 
     def module_text(self, entry: str) -> str:
         """The primal module plus the generated functions, as one IR text."""
@@ -271,6 +287,9 @@ class ModuleBuilder:
             decls += d.declarations()
         return "\n".join([primal, *helpers, *decls, *self.texts, entry])
 
+
+# Callees written ahead of their callers (see reverse_reads) nest Python calls.
+_MAX_NESTED_WRITES = 40
 
 # What enzpy's runtime helpers do, for messages about code that reaches them.
 _RUNTIME_PURPOSE = {

@@ -80,6 +80,8 @@ class FunctionDerivative:
                    for a, act in zip(fn.args, activity) if act == "dup"]
         params.append('ptr noalias %"enzpy.tape"')
         self.params = params
+        # names of the parameters the rev function reads, once written
+        self.reverse_reads = None
 
     @staticmethod
     def _struct(types):
@@ -114,6 +116,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         self.planning = False
         rev = self._reverse_function()
         aug = self._augmented_function()
+        self.d.reverse_reads = _locals_read(rev.split(" {\n", 1)[1])
         return aug + "\n" + rev
 
     def _find_inductions(self) -> dict:
@@ -533,8 +536,18 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
     def _reverse_call(self, ins, block):
         e = self.e
         callee = self._callee(ins)
-        args = [self.primal(a, block) for a in ins.args]
-        args += [self.shadow(a, block) for a, act in zip(ins.args, callee.activity) if act == "dup"]
+        reads = self.builder.reverse_reads(callee)
+
+        def passed(fetch, a, param):
+            # what the callee's reverse never reads is not recorded for it
+            if reads is None or param in reads:
+                return fetch(a, block)
+            return Value("undef", a.type, "const")
+
+        params = callee.fn.args
+        args = [passed(self.primal, a, p.name) for a, p in zip(ins.args, params)]
+        args += [passed(self.shadow, a, shadow_name(p.name))
+                 for a, p, act in zip(ins.args, params, callee.activity) if act == "dup"]
         args.append(Value('%"enzpy.tape"', "ptr", "arg"))
         out = e.call(callee.rev_name, callee.rev_type, args, callee.param_types())
         for i, a in enumerate(callee.adjoint_args):
@@ -542,6 +555,14 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             self._accumulate(operand, e.extract(out, i, a.type))
 
     # -- the augmented forward function ------------------------------------------
+_LOCAL_NAME = re.compile(r'%"([^"]+)"|%([-a-zA-Z$._0-9]+)')
+
+
+def _locals_read(body: str) -> frozenset:
+    """Every local name IR text ``body`` mentions, quoted or not."""
+    return frozenset(q or p for q, p in _LOCAL_NAME.findall(body))
+
+
 def _rewrite(ins, ops) -> str:
     """``ins`` as text with its operands replaced by ``ops`` (for recomputation)."""
     op = ins.opcode

@@ -76,6 +76,52 @@ def gradient(s0, T=80):
     return value, ds0
 
 
+@njit
+def hand_gradient(s0, T, ds0):
+    """``f(s0, T)``, and ``df/ds0`` into ``ds0``, by hand (the reference of the
+    benchmarks):
+    a forward loop storing (level, s) per step, then the backward loop."""
+    L = np.empty(T + 1)
+    S0 = np.empty(T + 1)
+    S1 = np.empty(T + 1)
+    L[0] = 1.0
+    S0[0] = s0[0]
+    S1[0] = s0[1]
+    total = 0.0
+    y = 1.0
+    for t in range(T):
+        lv = L[t]
+        a = S0[t]
+        e = (lv + 2.0 * lv ** 0.5) * a
+        total += max(e, 0.0)
+        ln = y / a + 0.5 * lv
+        L[t + 1] = ln
+        S0[t + 1] = y / ln + 0.5 * a
+        S1[t + 1] = y / ln + 0.5 * S1[t]
+    gl = 0.0        # adjoint of L[t + 1]
+    g0 = 0.0        # adjoints of S[t + 1]
+    g1 = 0.0
+    for t in range(T - 1, -1, -1):
+        lv = L[t]
+        a = S0[t]
+        ln = L[t + 1]
+        # s' = y / level' + 0.5 s
+        gln = gl - y / (ln * ln) * (g0 + g1)
+        g0 *= 0.5
+        g1 *= 0.5
+        # level' = y / s[0] + 0.5 level
+        gl = 0.5 * gln
+        g0 -= y / (a * a) * gln
+        # exp_val = max((level + 2 sqrt(level)) s[0], 0)
+        sq = lv ** 0.5
+        if (lv + 2.0 * sq) * a > 0.0:
+            g0 += lv + 2.0 * sq
+            gl += a * (1.0 + 1.0 / sq)
+    ds0[0] = g0
+    ds0[1] = g1
+    return total
+
+
 def central_difference(s0, T=80, h=1e-6):
     """Central differences of ``f(., T)`` at ``s0``."""
     g = np.zeros_like(s0)

@@ -373,51 +373,6 @@ def hand_tree_gradient(degree, constant, val, feature, op, left, right, X, dX, d
     return loss
 
 
-@njit
-def hand_scan_gradient(s0, T, ds0):
-    """The scan MWE's ``f(s0, T)`` and ``df/ds0`` (into ``ds0``), by hand:
-    a forward loop storing (level, s) per step, then the backward loop."""
-    L = np.empty(T + 1)
-    S0 = np.empty(T + 1)
-    S1 = np.empty(T + 1)
-    L[0] = 1.0
-    S0[0] = s0[0]
-    S1[0] = s0[1]
-    total = 0.0
-    y = 1.0
-    for t in range(T):
-        lv = L[t]
-        a = S0[t]
-        e = (lv + 2.0 * lv ** 0.5) * a
-        total += max(e, 0.0)
-        ln = y / a + 0.5 * lv
-        L[t + 1] = ln
-        S0[t + 1] = y / ln + 0.5 * a
-        S1[t + 1] = y / ln + 0.5 * S1[t]
-    gl = 0.0        # adjoint of L[t + 1]
-    g0 = 0.0        # adjoints of S[t + 1]
-    g1 = 0.0
-    for t in range(T - 1, -1, -1):
-        lv = L[t]
-        a = S0[t]
-        ln = L[t + 1]
-        # s' = y / level' + 0.5 s
-        gln = gl - y / (ln * ln) * (g0 + g1)
-        g0 *= 0.5
-        g1 *= 0.5
-        # level' = y / s[0] + 0.5 level
-        gl = 0.5 * gln
-        g0 -= y / (a * a) * gln
-        # exp_val = max((level + 2 sqrt(level)) s[0], 0)
-        sq = lv ** 0.5
-        if (lv + 2.0 * sq) * a > 0.0:
-            g0 += lv + 2.0 * sq
-            gl += a * (1.0 + 1.0 / sq)
-    ds0[0] = g0
-    ds0[1] = g1
-    return total
-
-
 # --------------------------------------------------------------------------------------
 # JAX and PyTorch ports
 # --------------------------------------------------------------------------------------
@@ -909,7 +864,7 @@ def worker_scan(quick):
     dsh = np.zeros(2)
 
     def hand():
-        hand_scan_gradient(s0, T, dsh)
+        scan_example.hand_gradient(s0, T, dsh)
 
     compile_s, errs = {}, {"enzpy": 0.0}
     compile_s["enzpy"] = builds[0]["enzpy_build_s"]
@@ -943,7 +898,7 @@ def worker_scan(quick):
         autodiff(Reverse, f, Duplicated(s0, ds_ref), Const(Tt))
         # the primal and the hand-written adjoint first (a call of the Python loop
         # takes seconds: timed apart, 2 calls)
-        tp, th = interleaved([lambda: f(s0, Tt), lambda: hand_scan_gradient(s0, Tt, dsh_t)],
+        tp, th = interleaved([lambda: f(s0, Tt), lambda: scan_example.hand_gradient(s0, Tt, dsh_t)],
                              50)
         tcall = torch_scan_gradient(torch, s0, Tt)
         first, gt = _timed_first_call(tcall)

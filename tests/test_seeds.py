@@ -277,6 +277,16 @@ def test_scan_gradient(T):
     np.testing.assert_allclose(ds0, fd_scan(scan_example.f, s0, T), rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("T", [0, 1, 80])
+def test_scan_hand_written_adjoint(T):
+    # the benchmarks' reference (scan.hand_gradient) agrees with enzpy
+    s0 = np.array([0.9, 1.2])
+    value, ds0 = scan_example.gradient(s0, T)
+    ds_hand = np.zeros(2)
+    assert scan_example.hand_gradient(s0, T, ds_hand) == pytest.approx(value, rel=1e-14)
+    np.testing.assert_allclose(ds_hand, ds0, rtol=1e-12, atol=1e-15)
+
+
 def test_scan_first_step_analytic():
     # T=1: exp_val = (1 + 2) * s[0], so df/ds0 = (3, 0)
     value, ds0 = scan_example.gradient(np.array([0.7, 1.3]), 1)
