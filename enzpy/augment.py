@@ -34,9 +34,17 @@ class AugmentedForward:
             if b is self.fn.entry:
                 for key in frame_keys:
                     e.emit(f"{local(slots[key])} = alloca {self.frame[key]}")
-                if self.shadow_memory:
+                if self.shadow_memory and self.reverse_reads_alloca_shadows:
                     e.emit(f'{local("~mem")} = call ptr @calloc(i64 1, '
                            f'i64 {self.shadow_memory_bytes})')
+                elif self.shadow_memory:
+                    # only the forward sweep uses them: they live on its stack
+                    e.emit(f'{local("~mem")} = alloca i8, i64 {self.shadow_memory_bytes}, '
+                           f'align 16')
+                    e.call("llvm.memset.p0.i64", "void", [
+                        Value(local("~mem"), "ptr", "inst"), Value("0", "i8", "const"),
+                        Value(str(self.shadow_memory_bytes), "i64", "const"),
+                        Value("false", "i1", "const")])
             if self._needs_edge(b):
                 edges = ", ".join(f"[ {self.cfg.preds(b.name).index(p)}, {local(p)} ]"
                                   for p in self.cfg.pred_edges[b.name])
@@ -153,7 +161,10 @@ class AugmentedForward:
             self.e, [self._forward_value(key) for key in pushed], local("~edge." + b.name))
 
     def _push_frame(self, b, slots):
+        if not self._frame_recorded():
+            return
         e = self.e
         values = [e.define(ty, f"load {ty}, ptr {local(slots[key])}").ref
                   for key, ty in self.frame.items()]
-        TapeRecord(self.frame.values(), True).push(e, values, str(self.cfg.exits.index(b.name)))
+        TapeRecord(self.frame.values(), len(self.cfg.exits) > 1).push(
+            e, values, str(self.cfg.exits.index(b.name)))

@@ -385,8 +385,9 @@ class ShadowMemory:
 
     def _shadow_memory_layout(self) -> dict:
         """Offsets of the shadows of this function's allocas (outside loops: each
-        runs at most once per call) in one zeroed block, allocated once per
-        call (``~mem``) and freed by the reverse sweep."""
+        runs at most once per call) in one zeroed block (``~mem``): on the heap,
+        freed by the reverse sweep, when the reverse reads any of them; else on
+        the augmented forward's stack (see ``reverse_reads_alloca_shadows``)."""
         offsets, total = {}, 0
         for ins in (i for b in self.fn.blocks if b.name not in self.cfg.loop_blocks
                     for i in b.instructions):

@@ -106,6 +106,9 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         self.loops = self.cfg.counted_loops
         self.inductions = self._find_inductions()   # phi name -> (header, init, step, op)
         self.frame = {}               # key -> type, in insertion order
+        # Whether the reverse sweep reads the shadow of an alloca (a stack
+        # slot's adjoint, or a shadow pointer kept there): known after planning.
+        self.reverse_reads_alloca_shadows = False
         self.pushed = {}              # block -> {key: type}
 
     # -- entry point ---------------------------------------------------------
@@ -266,6 +269,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
     def _recompute(self, key, ins, block, depth) -> Value:
         e = self.e
         if key[0] == "s" and ins.opcode == "alloca":
+            self.reverse_reads_alloca_shadows = True
             mem = self.primal(self.fn.defs["~mem"].value, block, depth)
             return e.define("ptr", f"getelementptr inbounds i8, ptr {mem.ref}, "
                                    f"i64 {self.shadow_memory[ins.name]}")
@@ -301,7 +305,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             body.declarations.update(e.declarations)
         self.e = tail = Emitter("~r.tail")
         tail.label("~exit")
-        if self.shadow_memory:
+        if self.shadow_memory and self.reverse_reads_alloca_shadows:
             tail.call("free", "void", [self.primal(self.fn.defs["~mem"].value, "~exit")])
         if d.adjoint_args:
             agg = Value("undef", d.rev_type, "const")
@@ -326,10 +330,19 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
                 f"{self._inlining()} {{\n"
                 + "\n".join(lines) + "\n}\n")
 
+    def _frame_recorded(self) -> bool:
+        """A call records its frame (values kept outside loops, and the exit it
+        left by when there are several) unless there is nothing to tell."""
+        return bool(self.frame) or len(self.cfg.exits) > 1
+
     def _pop_frame(self, e):
         exits = self.cfg.exits
-        TapeRecord(self.frame.values(), True).pop(
-            e, [local(f"~fr.{key[0]}.{key[1]}") for key in self.frame], local("~exit.id"))
+        if self._frame_recorded():
+            TapeRecord(self.frame.values(), len(exits) > 1).pop(
+                e, [local(f"~fr.{key[0]}.{key[1]}") for key in self.frame], local("~exit.id"))
+        if len(exits) == 1:
+            e.emit(f"br label {local('~rev.' + exits[0])}")
+            return
         cases = " ".join(f"i32 {i}, label {local('~rev.' + b)}" for i, b in enumerate(exits))
         e.emit(f"switch i32 {local('~exit.id')}, label {local('~rev.' + exits[0])} [ {cases} ]")
 
