@@ -2,9 +2,10 @@
 against central finite differences (see that script for the generator and the
 rejection of points where finite differences are unreliable).
 
-About 100 programs, in four seeded chunks of 25, with every generator feature
-but the NumPy ones (the same programs as before the fuzzer drew NumPy calls),
-and a chunk of 5 programs with NumPy statements (reductions, logsumexp,
+About 50 programs, in four seeded chunks of 12 (of 25, 100 programs, with
+``ENZPY_SLOW=1``), with every generator feature but the NumPy ones (the same
+programs as before the fuzzer drew NumPy calls), and a chunk of 3 (5) programs
+with NumPy statements (reductions, logsumexp,
 reshaping, cumsum/diff, where/clip/maximum, matrix products, array helpers).
 ``linalg`` (solve/inv/det/cholesky) is left to the standalone fuzzer: the first
 build of each of those rules costs 10-45 s, more than this whole file may take.
@@ -43,9 +44,10 @@ def _load_fuzz():
 fuzz = _load_fuzz()
 
 SEED = int(os.environ.get("ENZPY_FUZZ_SEED", "20240"))
-PER_CHUNK = int(os.environ.get("ENZPY_FUZZ_PROGRAMS", "25"))
+SLOW = bool(os.environ.get("ENZPY_SLOW"))
+PER_CHUNK = int(os.environ.get("ENZPY_FUZZ_PROGRAMS", "25" if SLOW else "12"))
 CHUNKS = 4
-NUMPY_PROGRAMS = int(os.environ.get("ENZPY_FUZZ_NUMPY_PROGRAMS", "5"))
+NUMPY_PROGRAMS = int(os.environ.get("ENZPY_FUZZ_NUMPY_PROGRAMS", "5" if SLOW else "3"))
 MAX_STATEMENTS = 5
 POINTS = 1
 FEATURES = [f for f in fuzz.FEATURES if f not in ("numpy", "linalg")]

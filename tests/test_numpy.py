@@ -4,8 +4,9 @@ marked hvp=True, each against finite differences (``numpy_checks.py``, shared wi
 ``scripts/numpy_probe.py``).
 
 The regular run is a subset chosen from the registry alone, so it is the same on every
-machine: every NumPy name of the corpus (``Program.covers``) at least once in reverse and
-forward mode, every program tagged "composite", and about 15 hvp programs, preferring
+machine: every NumPy name of the corpus (``Program.covers``) at least once in reverse
+mode, every program tagged "composite", forward mode on about two thirds of those
+(``_forward_subset``), and about 30 hvp programs, preferring
 float64 C-contiguous variants and avoiding the few programs whose derivative builds take
 tens of seconds when a cheaper program covers the same names. ``ENZPY_SLOW=1`` runs the
 whole corpus. A case that enzpy refuses or gets wrong fails, with the reason.
@@ -30,6 +31,8 @@ EXPENSIVE = frozenset({
     "cholesky_ret_f64", "svd_values_ret_f64", "pinv_ret_f64", "eigvalsh_ret_f64",
     "solve_ret_f64", "normalize_rows_ret_2d_f64",
 })
+# Second-order builds of a minute or more (their reverse and forward modes run regularly).
+EXPENSIVE_HVP = frozenset({"gp_nlml_f64", "attention_f64"})
 
 
 def _preference(p, already):
@@ -57,7 +60,7 @@ def _cover(candidates, chosen):
 def regular_subset():
     """(programs run in reverse and forward mode, programs run in hvp) of the regular run."""
     first = _cover(PROGRAMS, [p for p in PROGRAMS if "composite" in p.tags])
-    hvp_programs = [p for p in PROGRAMS if p.hvp]
+    hvp_programs = [p for p in PROGRAMS if p.hvp and p.name not in EXPENSIVE_HVP]
     second = _cover(hvp_programs, [])
     for p in sorted(hvp_programs, key=lambda q: _preference(q, set())):
         if len(second) >= HVP_TARGET:
@@ -68,16 +71,32 @@ def regular_subset():
     return order(first), order(second)
 
 
+def _forward_subset(programs):
+    """Forward mode in the regular run: the composites, the linear-algebra programs
+    (matrix-level rules of their own in forward mode) and every other remaining
+    program in corpus order. The rest shares its forward-mode code (the
+    instruction-level transformation and the scalar rules, which the scalar corpus
+    checks in forward mode one by one) with those; ENZPY_SLOW=1 runs them all."""
+    if SLOW:
+        return programs
+    own = [p for p in programs if "composite" in p.tags or "linalg" in p.tags]
+    others = [p for p in programs if p not in own]
+    return own + others[::2]
+
+
 def cases():
     if SLOW:
         first, second = PROGRAMS, [p for p in PROGRAMS if p.hvp]
     else:
         first, second = regular_subset()
     hvp = {p.name for p in second}
+    forward = {p.name for p in _forward_subset(first)}
     out = []
     for p in PROGRAMS:                 # corpus order; a program's modes one after another
         if p in first:
-            out += [(p.name, "reverse"), (p.name, "forward")]
+            out.append((p.name, "reverse"))
+        if p.name in forward:
+            out.append((p.name, "forward"))
         if p.name in hvp:
             out.append((p.name, "hvp"))
     return out
