@@ -2,7 +2,8 @@
 
 Each notebook runs with its own folder (``examples/``) as the working directory,
 as a user opening it in Jupyter would. ``seeds.ipynb`` compiles the 2+2-operator
-evaluator (Numba, ~15-25 s) and builds four derivatives: about a minute in all;
+evaluator (Numba, ~15-25 s) and builds four derivatives: about a minute in all
+(run with ``ENZPY_SLOW=1``);
 the gallery notebooks (``getting_started``, ``numpy_models``, ``second_order``,
 ``custom_rules``) use small sizes. Every committed notebook must also carry its
 outputs (``python scripts/refresh_notebooks.py`` re-executes them in place).
@@ -40,6 +41,9 @@ def execute_notebook(path):
     return nb
 
 
+@pytest.mark.skipif(not os.environ.get("ENZPY_SLOW"),
+                    reason="about a minute; the seed workloads are tested in test_seeds.py; "
+                           "set ENZPY_SLOW=1")
 def test_seeds_notebook_executes():
     execute_notebook(NOTEBOOK)
 

@@ -5,7 +5,7 @@ marked hvp=True, each against finite differences (``numpy_checks.py``, shared wi
 
 The regular run is a subset chosen from the registry alone, so it is the same on every
 machine: every NumPy name of the corpus (``Program.covers``) at least once in reverse
-mode, every program tagged "composite", forward mode on about two thirds of those
+mode, every program tagged "composite", forward mode on about half of those
 (``_forward_subset``), and about 30 hvp programs, preferring
 float64 C-contiguous variants and avoiding the few programs whose derivative builds take
 tens of seconds when a cheaper program covers the same names. ``ENZPY_SLOW=1`` runs the
@@ -33,6 +33,8 @@ EXPENSIVE = frozenset({
 })
 # Second-order builds of a minute or more (their reverse and forward modes run regularly).
 EXPENSIVE_HVP = frozenset({"gp_nlml_f64", "attention_f64"})
+# LAPACK's second order costs 20-90 s per program: the regular run keeps two.
+LINALG_HVP = frozenset({"inv_f64", "det_f64"})
 
 
 def _preference(p, already):
@@ -60,7 +62,8 @@ def _cover(candidates, chosen):
 def regular_subset():
     """(programs run in reverse and forward mode, programs run in hvp) of the regular run."""
     first = _cover(PROGRAMS, [p for p in PROGRAMS if "composite" in p.tags])
-    hvp_programs = [p for p in PROGRAMS if p.hvp and p.name not in EXPENSIVE_HVP]
+    hvp_programs = [p for p in PROGRAMS if p.hvp and p.name not in EXPENSIVE_HVP and
+                    ("linalg" not in p.tags or p.name in LINALG_HVP)]
     second = _cover(hvp_programs, [])
     for p in sorted(hvp_programs, key=lambda q: _preference(q, set())):
         if len(second) >= HVP_TARGET:
@@ -73,7 +76,7 @@ def regular_subset():
 
 def _forward_subset(programs):
     """Forward mode in the regular run: the composites, the linear-algebra programs
-    (matrix-level rules of their own in forward mode) and every other remaining
+    (matrix-level rules of their own in forward mode) and every third remaining
     program in corpus order. The rest shares its forward-mode code (the
     instruction-level transformation and the scalar rules, which the scalar corpus
     checks in forward mode one by one) with those; ENZPY_SLOW=1 runs them all."""
@@ -81,7 +84,7 @@ def _forward_subset(programs):
         return programs
     own = [p for p in programs if "composite" in p.tags or "linalg" in p.tags]
     others = [p for p in programs if p not in own]
-    return own + others[::2]
+    return own + others[::3]
 
 
 def cases():
