@@ -48,7 +48,13 @@ def test_seeds_notebook_executes():
     execute_notebook(NOTEBOOK)
 
 
-@pytest.mark.parametrize("name", GALLERY)
+# numpy_models builds a minute of derivatives; its models run in test_numpy's composites
+_SLOW_GALLERY = pytest.mark.skipif(not os.environ.get("ENZPY_SLOW"),
+                                   reason="about a minute; set ENZPY_SLOW=1")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_SLOW_GALLERY)
+                                  if n == "numpy_models.ipynb" else n for n in GALLERY])
 def test_gallery_notebook_executes(name):
     nb = execute_notebook(os.path.join(EXAMPLES, name))
     images = [out for cell in nb.cells if cell.cell_type == "code"
