@@ -245,16 +245,18 @@ class ModuleBuilder:
 
     def _generate(self, deriv):
         self._generating.append(deriv)
-        forward = self.mode == "forward"
-        if deriv.fn.blocks:
-            generator = ForwardGenerator if forward else ReverseGenerator
-            self.texts.append(generator(self, deriv, self.describe).generate())
-        else:
-            rule = rule_for(deriv.fn.name, self.module)[0]
-            self.declarations.update(rule.declarations())
-            self.texts.append(rule.forward(deriv, self) if forward else
-                              rule.reverse(deriv, self))
-        self._generating.pop()
+        try:
+            forward = self.mode == "forward"
+            if deriv.fn.blocks:
+                generator = ForwardGenerator if forward else ReverseGenerator
+                self.texts.append(generator(self, deriv, self.describe).generate())
+            else:
+                rule = rule_for(deriv.fn.name, self.module)[0]
+                self.declarations.update(rule.declarations())
+                self.texts.append(rule.forward(deriv, self) if forward else
+                                  rule.reverse(deriv, self))
+        finally:
+            self._generating.pop()
 
     def reverse_reads(self, deriv):
         """The parameters ``deriv``'s reverse function reads (None: unknown, take

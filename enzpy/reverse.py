@@ -351,15 +351,14 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         pushed = self.pushed.get(b.name, {})
         if self.planning or not (pushed or self._needs_edge(b)):
             return
-        TapeRecord(pushed.values(), self._needs_edge(b)).pop(
-            e, [local(f"~rv.{b.name}.{key[0]}.{key[1]}") for key in pushed],
-            local(f"~edge.{b.name}"))
-        for key in pushed:
+        names = [local(f"~rv.{b.name}.{key[0]}.{key[1]}") for key in pushed]
+        TapeRecord(pushed.values(), self._needs_edge(b)).pop(e, names, local(f"~edge.{b.name}"))
+        for key, name in zip(pushed, names):
             if key[1].startswith("~ctr."):
                 # A trip count is never negative: told so, LLVM sees that the
                 # reverse loop's recomputed indices are too (no wrap-around of
                 # negative indices), and can vectorise the loop.
-                nonnegative = e.define("i1", f"icmp sge i64 {local(f'~rv.{b.name}.{key[0]}.{key[1]}')}, 0")
+                nonnegative = e.define("i1", f"icmp sge i64 {name}, 0")
                 e.emit(f"call void @llvm.assume(i1 {nonnegative.ref})")
 
     def _needs_edge(self, b) -> bool:
