@@ -28,6 +28,7 @@ from .ir import (Instruction, Value, contains_float, contains_pointer, fields_of
 from .augment import AugmentedForward
 from .generator import DerivativeGenerator
 from .memory import ShadowMemory, null_shadow, shadow_name
+from .remat import DependenceGraph
 from .tape import TapeRecord
 
 RECOMPUTABLE = {
@@ -110,6 +111,9 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         # slot's adjoint, or a shadow pointer kept there): known after planning.
         self.reverse_reads_alloca_shadows = False
         self.pushed = {}              # block -> {key: type}
+        self.dependences = {}         # block -> DependenceGraph, filled while planning
+        self.recorded = {}            # block -> primal keys recorded, the others recomputed
+        self._recomputing = []        # the primal key being recomputed, None for other work
 
     # -- entry point ---------------------------------------------------------
     def generate(self) -> str:
@@ -117,6 +121,9 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         self.planning = True
         self._reverse_function()          # discover what the reverse needs
         self.planning = False
+        self.recorded = {b: graph.recorded() for b, graph in self.dependences.items()}
+        self.frame, self.pushed = {}, {}
+        self.reverse_reads_alloca_shadows = False
         rev = self._reverse_function()
         aug = self._augmented_function()
         self.d.reverse_reads = _locals_read(rev.split(" {\n", 1)[1])
@@ -215,12 +222,20 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
                 block in self.loops[iv[0]].body and self._induction_free(ins.value, block):
             memo = self.recomputed.get((key, block))
             if memo is None:
-                memo = self._induction_value(ins, iv, block, depth + 1, shadow=key[0] == "s")
+                self._recomputing.append(None)
+                try:
+                    memo = self._induction_value(ins, iv, block, depth + 1,
+                                                 shadow=key[0] == "s")
+                finally:
+                    self._recomputing.pop()
                 self.recomputed[(key, block)] = memo
             return memo
         how = self._storage(key, ins)
-        if how == "recompute" and depth > _RECOMPUTE_DEPTH:
-            how = "push" if ins.block.name in self.cfg.loop_blocks else "frame"
+        recorded = "push" if ins.block.name in self.cfg.loop_blocks else "frame"
+        if key[0] == "p":
+            how = self._record_or_recompute(key, ins, block, how, recorded, depth)
+        elif how == "recompute" and depth > _RECOMPUTE_DEPTH:
+            how = recorded
         ty = ins.type
         if how == "frame":
             self.frame.setdefault(key, ty)
@@ -230,9 +245,29 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             return Value(local(f"~rv.{block}.{key[0]}.{key[1]}"), ty, "inst")
         memo = self.recomputed.get((key, block))
         if memo is None:
-            memo = self._recompute(key, ins, block, depth + 1)
+            self._recomputing.append(key if key[0] == "p" else None)
+            try:
+                memo = self._recompute(key, ins, block, depth + 1)
+            finally:
+                self._recomputing.pop()
             self.recomputed[(key, block)] = memo
         return memo
+
+    def _record_or_recompute(self, key, ins, block, how, recorded, depth) -> str:
+        """Where the reverse of ``block`` gets the primal value ``key``. Planning
+        recomputes what can be (within a depth) and notes the dependences; the
+        final pass follows the block's minimum cut (see remat.py)."""
+        graph = self.dependences.get(block)
+        if not self.planning and graph is not None and key in graph.cost:
+            return recorded if key in self.recorded[block] else "recompute"
+        recomputable = how == "recompute" and depth <= _RECOMPUTE_DEPTH
+        if self.planning:
+            if graph is None:
+                graph = self.dependences[block] = DependenceGraph(
+                    block in self.cfg.loop_blocks)
+            graph.visit(key, ins.type, recorded == "push", recomputable,
+                        self._recomputing[-1] if self._recomputing else None)
+        return how if recomputable else recorded
 
     def _counter(self, header) -> Value:
         return self.e.define("i64", f"load i64, ptr {local('~k.' + header)}")
@@ -295,13 +330,16 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         for b in self.fn.blocks:
             self.e = e = Emitter(f"~r.{b.name}")
             self.recomputed = {}
-            e.label("~rev." + b.name)
-            self._pop_block(b)
             for ins in reversed(b.instructions[:-1]):
                 if ins.opcode != "phi":
                     self._reverse_instruction(ins, b.name)
             self._dispatch(b)
-            body.lines += e.lines
+            # what the block's record holds is known once its reverse is written
+            self.e = pop = Emitter(f"~pop.{b.name}")
+            pop.label("~rev." + b.name)
+            self._pop_block(b)
+            body.lines += pop.lines + e.lines
+            body.declarations.update(pop.declarations)
             body.declarations.update(e.declarations)
         self.e = tail = Emitter("~r.tail")
         tail.label("~exit")
