@@ -18,6 +18,7 @@ call their own ``aug``/``rev``, obtained from the memoized cache, so recursion
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 
 from . import rules
 from .analysis import DERIVED_POINTERS
@@ -222,12 +223,9 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
                 block in self.loops[iv[0]].body and self._induction_free(ins.value, block):
             memo = self.recomputed.get((key, block))
             if memo is None:
-                self._recomputing.append(None)
-                try:
+                with self._recomputing_for(None):
                     memo = self._induction_value(ins, iv, block, depth + 1,
                                                  shadow=key[0] == "s")
-                finally:
-                    self._recomputing.pop()
                 self.recomputed[(key, block)] = memo
             return memo
         how = self._storage(key, ins)
@@ -245,13 +243,19 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             return Value(local(f"~rv.{block}.{key[0]}.{key[1]}"), ty, "inst")
         memo = self.recomputed.get((key, block))
         if memo is None:
-            self._recomputing.append(key if key[0] == "p" else None)
-            try:
+            with self._recomputing_for(key if key[0] == "p" else None):
                 memo = self._recompute(key, ins, block, depth + 1)
-            finally:
-                self._recomputing.pop()
             self.recomputed[(key, block)] = memo
         return memo
+
+    @contextmanager
+    def _recomputing_for(self, key):
+        """Primal values fetched meanwhile are operands of ``key`` (None: demands)."""
+        self._recomputing.append(key)
+        try:
+            yield
+        finally:
+            self._recomputing.pop()
 
     def _record_or_recompute(self, key, ins, block, how, recorded, depth) -> str:
         """Where the reverse of ``block`` gets the primal value ``key``. Planning

@@ -60,9 +60,9 @@ def workloads():
     v = rng.standard_normal(1000)
     u0 = rng.uniform(0.0, 1.0, 2 * 10**4)
     return [
-        ("sum of squares, n=10^6", sum_of_squares, lambda: (x,), 0),
-        ("matvec norm, 1000x1000", matvec_norm, lambda: (A, v), 0),
-        ("in-place stencil, 2*10^4 x 20", stencil, lambda: (u0.copy(), 20), 0),
+        ("sum of squares, n=10^6", sum_of_squares, lambda: (x,), 0, 3.0),
+        ("matvec norm, 1000x1000", matvec_norm, lambda: (A, v), 0, 3.0),
+        ("in-place stencil, 2*10^4 x 20", stencil, lambda: (u0.copy(), 20), 0, 2.5),
     ]
 
 
@@ -71,7 +71,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
     rows = []
-    for name, fn, make_args, wrt in workloads():
+    for name, fn, make_args, wrt, goal in workloads():
         fn(*make_args())
 
         shadow = np.zeros_like(make_args()[wrt])
@@ -86,15 +86,15 @@ def main():
         gradient()
         primal, grad = interleaved([lambda: fn(*make_args()), gradient], args.repeat)
         report = enzpy.build_report(fn)[-1]
-        rows.append((name, primal, grad, report.peak_tape_bytes, report.total))
+        rows.append((name, primal, grad, goal, report.peak_tape_bytes, report.total))
     print(f"\nArray workloads (median of {args.repeat}; both columns include making the "
           f"inputs, e.g. the stencil's copy of u)\n")
-    print("| workload | primal ms | gradient ms | gradient/primal | goal <= 3 | peak tape bytes | build s |")
+    print("| workload | primal ms | gradient ms | gradient/primal | goal | peak tape bytes | build s |")
     print("|---|---|---|---|---|---|---|")
-    for name, primal, grad, tape, build in rows:
+    for name, primal, grad, goal, tape, build in rows:
         ratio = grad / primal
         print(f"| {name} | {primal * 1e3:.2f} | {grad * 1e3:.2f} | {ratio:.2f} | "
-              f"{'met' if ratio <= 3 else 'MISSED'} | {tape:,} | {build:.3f} |")
+              f"<= {goal:g} ({'met' if ratio <= goal else 'MISSED'}) | {tape:,} | {build:.3f} |")
 
 
 if __name__ == "__main__":

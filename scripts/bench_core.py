@@ -128,9 +128,10 @@ def main():
           "Numba compile of primal s | enzpy build s |")
     print("|---|---|---|---|---|---|---|")
     for name, primal, grad, ratio, numba_s, build_s, _ in rows:
-        verdict = "met" if ratio <= 3 else "MISSED"
+        goal = 2.5 if name == "loop_poly" else 3      # loop_poly's: issue 15
+        verdict = "met" if ratio <= goal else "MISSED"
         print(f"| {name} | {primal * 1e3:.2f} | {grad * 1e3:.2f} | {ratio:.2f} | "
-              f"<= 3 ({verdict}) | {numba_s:.3f} | {build_s:.3f} |")
+              f"<= {goal:g} ({verdict}) | {numba_s:.3f} | {build_s:.3f} |")
     print("\nenzpy build time by stage (ms):\n")
     stages = list(rows[0][-1].timings)
     print("| function | " + " | ".join(stages) + " |")

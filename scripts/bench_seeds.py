@@ -76,7 +76,19 @@ GOAL_BUILD_8_FUSE2 = 2.0          # s
 GOAL_GROWTH_EXPONENT = 1.1        # build time ~ IR size ** exponent
 GOAL_SCAN_BUILD = 0.3             # s
 GOAL_GRAD_OVER_PRIMAL = 3.0
-GOAL_GRAD_OVER_HAND = 1.5
+
+
+def runtime_goals(label, row):
+    """(gradient/primal, gradient/hand-written or None) goals of a runtime row (issue 15):
+    the tree at fuse 1 within 2x its primal, and 1.2x the hand-written adjoint for 10^4
+    rows; the fused evaluator within 3x for 10^4 rows (2x for 100); the scan within 3x its
+    primal and 2x the hand-written adjoint."""
+    if label == "scan":
+        return 3.0, 2.0
+    large = row["n"] >= 10_000
+    if row["fuse"] == 2:
+        return (3.0 if large else 2.0), None
+    return 2.0, (1.2 if large else None)
 
 METHODS = ["numba_primal", "enzpy", "hand_numba", "jax_per_tree", "jax_interpreter",
            "torch_eager"]
@@ -1068,11 +1080,12 @@ def goals(build_rows, scan, tree_runtime, scan_runtime):
                 continue
             where = (f"{label} {r['k']}+{r['k']} fuse {r['fuse']}, {r['nodes']} nodes, "
                      f"n={r['n']}" if label == "tree" else f"scan T={r['T']}")
-            out.append((f"gradient <= 3x primal ({where})", fmt_ratio(r["ratio_primal"]),
-                        verdict(r["ratio_primal"] <= GOAL_GRAD_OVER_PRIMAL)))
-            out.append((f"gradient within 1.5x of hand-written ({where})",
-                        fmt_ratio(r["ratio_hand"]),
-                        verdict(r["ratio_hand"] <= GOAL_GRAD_OVER_HAND)))
+            over_primal, over_hand = runtime_goals(label, r)
+            out.append((f"gradient <= {over_primal:g}x primal ({where})",
+                        fmt_ratio(r["ratio_primal"]), verdict(r["ratio_primal"] <= over_primal)))
+            if over_hand is not None:
+                out.append((f"gradient within {over_hand:g}x of hand-written ({where})",
+                            fmt_ratio(r["ratio_hand"]), verdict(r["ratio_hand"] <= over_hand)))
     return out
 
 
@@ -1185,7 +1198,7 @@ def markdown(build_rows, scan, scan_status, tree_runtime, scan_runtime, goal_row
         w(f"### operators {k}+{k}, fuse level {fuse}")
         w("")
         w("| nodes | n | " + " | ".join(METHOD_LABELS[m] for m in present)
-          + " | enzpy tape MB | enzpy <= 3x primal | enzpy <= 1.5x hand |")
+          + " | enzpy tape MB | enzpy / primal (goal) | enzpy / hand (goal) |")
         w("|---|---|" + "---|" * (len(present) + 3))
         for nodes in TREE_SIZES:
             for n in ROW_COUNTS:
@@ -1206,11 +1219,14 @@ def markdown(build_rows, scan, scan_status, tree_runtime, scan_runtime, goal_row
                                      f"({fmt_ratio(r['ratio_primal'])}{first})")
                 e = cell["enzpy"]
                 tape = e.get("enzpy_peak_tape_bytes")
+                over_primal, over_hand = runtime_goals("tree", e)
+                hand = (f"{fmt_ratio(e['ratio_hand'])} (<= {over_hand:g}x: "
+                        f"{verdict(e['ratio_hand'] <= over_hand)})" if over_hand is not None
+                        else fmt_ratio(e["ratio_hand"]))
                 w(f"| {nodes} | {n} | " + " | ".join(parts)
                   + f" | {'' if tape is None else format(tape / 1e6, '.2f')}"
-                  + f" | {verdict(e['ratio_primal'] <= GOAL_GRAD_OVER_PRIMAL)} | "
-                  f"{verdict(e['ratio_hand'] <= GOAL_GRAD_OVER_HAND)} "
-                  f"({fmt_ratio(e['ratio_hand'])}) |")
+                  + f" | {fmt_ratio(e['ratio_primal'])} (<= {over_primal:g}x: "
+                  f"{verdict(e['ratio_primal'] <= over_primal)}) | {hand} |")
         errs = {m: max((r["grad_rel_err_vs_enzpy"] or 0.0) for r in rows if r["method"] == m)
                 for m in present if m not in ("numba_primal", "enzpy")}
         w("")
