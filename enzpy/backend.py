@@ -17,6 +17,8 @@ from llvmlite import binding as llvm
 from llvmlite import ir as llir
 from numba import njit, types
 from numba.core import cgutils
+from numba.core import config as numba_config
+from numba.core.codegen import _parse_refprune_flags
 from numba.core.callconv import excinfo_t
 from numba.core.compiler import CompileResult
 from numba.core.registry import cpu_target
@@ -55,7 +57,13 @@ def optimize(module, codegen):
     pto.slp_vectorization = False
     pto.loop_unrolling = True
     pb = llvm.create_pass_builder(codegen._tm, pto)
-    pb.getModulePassManager().run(module, pb)
+    pm = pb.getModulePassManager()
+    if numba_config.LLVM_REFPRUNE_PASS:
+        # enzpy's copies of Numba functions come from IR taken before Numba's own
+        # pipeline, which ends by pruning redundant reference counts (atomic
+        # operations): without it a derivative does every one the primal skips.
+        pm.add_refprune_pass(_parse_refprune_flags())
+    pm.run(module, pb)
 
 
 def compile_module(module, entry: str, codegen, keep_object=False):

@@ -366,6 +366,12 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
         f"  call void @{FREE}(ptr %tape)",
         "  ret i32 %status",
         "reverse:",
+        # the forward sweep only pushes and the reverse only pops: the tape is at
+        # its peak now
+        f"  %topp = getelementptr inbounds {TAPE_TYPE}, ptr %tape, i32 0, i32 1",
+        "  %top = load i64, ptr %topp",
+        f"  %peakp = getelementptr inbounds {TAPE_TYPE}, ptr %tape, i32 0, i32 {PEAK_FIELD}",
+        "  store i64 %top, ptr %peakp",
     ]
     if return_active:
         lines.append(f"  store {ret_slot_type} 1.0, ptr %shadow.ret")
@@ -386,8 +392,6 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
         "  ret i32 %rstatus",
         "results:"]
     lines.append(f"  %primal = load {ret_slot_type}, ptr %ret")
-    lines.append("  %peakp = getelementptr inbounds " + TAPE_TYPE
-                 + f", ptr %tape, i32 0, i32 {PEAK_FIELD}")
     lines.append("  %peak = load i64, ptr %peakp")
     agg = "undef"
     fields = [(f"%a{i}", t, f"  %a{i} = extractvalue {root.rev_type} %adj, {i}")

@@ -673,10 +673,12 @@ def zero_float_leaves(e: Emitter, root: str, ptr: Value, ty=None, path=()):
 
 
 def add_values(e: Emitter, a: Value, b: Value) -> Value:
-    """a + b for float scalars, float vectors and aggregates holding floats."""
+    """a + b for float scalars, float vectors and aggregates holding floats, adding
+    adjoints: the sign of a zero adjoint means nothing (``nsz``), so LLVM drops the
+    ``+ 0.0`` of a first contribution to a freshly reset adjoint."""
     ty = a.type
     if is_float_type(ty) or (ty.startswith("<") and contains_float(ty)):
-        return e.fadd(a, b)
+        return e.binop("fadd nsz", a, b)
     if ty.startswith("{") or ty.startswith("["):
         out = a
         for i, fty in enumerate(fields_of(ty)):

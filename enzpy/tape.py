@@ -1,7 +1,8 @@
 """The tape: a LIFO byte stack passed as a hidden pointer to derivative functions.
 
 Layout ``{ ptr data, i64 top, i64 capacity, i64 peak, i32 status, ptr excinfo }``;
-``peak`` is the largest ``top`` of the call, which ``autodiff`` reports;
+``peak`` is the largest ``top`` of the call, which ``autodiff`` reports (the entry
+point sets it between the sweeps: the forward sweep only pushes, the reverse only pops);
 ``status``/``excinfo`` hold the first exception raised during the reverse sweep
 (by a user's derivative rule), which the entry point raises after it. The augmented forward
 reserves a block of slots per basic-block execution and stores into them; the
@@ -70,11 +71,6 @@ grow:
   br label %ok
 ok:
   store i64 %new, ptr %topp
-  %peakp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 3
-  %peak = load i64, ptr %peakp
-  %higher = icmp ugt i64 %new, %peak
-  %np = select i1 %higher, i64 %new, i64 %peak
-  store i64 %np, ptr %peakp
   %data = load ptr, ptr %t
   %slot = getelementptr inbounds i8, ptr %data, i64 %top
   ret ptr %slot
