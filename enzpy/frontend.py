@@ -390,12 +390,13 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
     differentiates glue again, for those the glue reaches too)."""
     module = llvm.parse_assembly(cgutils.normalize_ir_text(
         _hoist_tuple_item_slots(_raw_text(root))))
-    linked = {root.symbol}
+    linked, references = {root.symbol}, {}
     while True:
         missing = [fn.name for fn in module.functions
                    if fn.is_declaration and fn.name not in linked
                    and not _INTRINSIC_OR_RUNTIME.match(fn.name)]
-        differentiated = linked if mode == "hvp" else _reached(module, root.symbol)
+        differentiated = linked if mode == "hvp" else _reached(module, root.symbol,
+                                                                      references)
         for name in [fn.name for fn in module.functions if fn.name in differentiated]:
             for extra in EXTRA_CALLEES:
                 for disp, args in extra(name, mode):
@@ -432,24 +433,39 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
 _UNRESOLVED = ".numba.unresolved$"
 
 
-def _reached(module, root) -> set:
+_GLOBAL_REF = re.compile(r'@(?:"((?:[^"\\]|\\[0-9A-Fa-f]{2})*)"|([-a-zA-Z$._][-a-zA-Z$._0-9]*))')
+
+
+def _referenced(fn) -> set:
+    """The global names ``fn``'s body refers to, read from its text (one call into
+    LLVM; walking its operands through the binding costs one per operand)."""
+    names = set()
+    for quoted, plain in _GLOBAL_REF.findall(str(fn)):
+        name = re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), quoted) \
+            if quoted else plain
+        if name.startswith(_UNRESOLVED):          # mutual recursion's pointer
+            name = name[len(_UNRESOLVED):]
+        names.add(name)
+    return names
+
+
+def _reached(module, root, references: dict) -> set:
     """The functions ``root`` calls or refers to, directly or not (the glue
-    of rules, which only derivative code calls, is not among them)."""
+    of rules, which only derivative code calls, is not among them);
+    ``references`` keeps each function's names between calls."""
     defined = {fn.name: fn for fn in module.functions}
     seen, todo = {root}, [root]
     while todo:
-        fn = defined.get(todo.pop())
+        name = todo.pop()
+        fn = defined.get(name)
         if fn is None or fn.is_declaration:
             continue
-        for block in fn.blocks:
-            for ins in block.instructions:
-                for op in ins.operands:
-                    name = op.name
-                    if name.startswith(_UNRESOLVED):      # mutual recursion's pointer
-                        name = name[len(_UNRESOLVED):]
-                    if name in defined and name not in seen:
-                        seen.add(name)
-                        todo.append(name)
+        if name not in references:
+            references[name] = _referenced(fn)
+        for other in references[name]:
+            if other in defined and other not in seen:
+                seen.add(other)
+                todo.append(other)
     return seen
 
 
