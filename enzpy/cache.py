@@ -95,6 +95,9 @@ class ModuleBuilder:
         self.reused = {}                  # the subset compiled by earlier builds
         self.rewritten = set()            # keys an earlier, unsaved build wrote too
         self.library = Library()          # where this build's derivatives will live
+        # glue of built-in rules called by name: its name -> what compiles it again
+        # in a process loading the derivative (userrules.require)
+        self.requires = {}
         # The memory runtime zeroes shadows with memset.
         self.declarations = {
             "llvm.memset.p0.i64": "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",

@@ -29,6 +29,7 @@ import logging
 import os
 import pickle
 import re
+import shutil
 import stat
 import sys
 import tempfile
@@ -104,6 +105,30 @@ def directory():
                          f"user or writable by others; it is ignored and derivatives are "
                          f"not cached")
         return None
+    return path
+
+
+_GLUE_FOLDER = "glue"
+
+
+def source_file(source: str):
+    """The path of a Python file holding ``source`` in the cache folder (written
+    once; its name covers the source and enzpy's own), so Numba can cache what
+    it compiles from it; None when caching is off or the folder is unusable."""
+    folder = directory()
+    if folder is None:
+        return None
+    digest = hashlib.sha256(f"{fingerprint.environment()}\0{source}".encode()).hexdigest()
+    path = os.path.join(folder, _GLUE_FOLDER, f"glue_{digest[:32]}.py")
+    if not os.path.exists(path):
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), suffix=".tmp",
+                                             delete=False) as fh:
+                fh.write(source)
+            os.replace(fh.name, path)
+        except OSError:
+            return None
     return path
 
 
@@ -188,6 +213,7 @@ def clear() -> int:
                 removed += name.endswith(_SUFFIX)
             except OSError:
                 pass
+    shutil.rmtree(os.path.join(folder, _GLUE_FOLDER), ignore_errors=True)
     return removed
 
 
@@ -292,6 +318,9 @@ def _load(key, codegen, depth=0):
         found = loaded.get(dep) or _load(dep, codegen, depth + 1)
         if found is None or found.index["object_digest"] != digest:
             return None
+    from .userrules import require
+    if not all(require(*glue) for glue in index.get("glue", ())):
+        return None          # (the machine code calls rule glue this process lacks)
     # Numba compiles its runtime (NRT_decref, ...) before its first compile;
     # a process that has compiled nothing yet needs it now
     rtsys.initialize(cpu_target.target_context)

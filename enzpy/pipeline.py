@@ -348,6 +348,7 @@ class Build:
                 self.report.cache = f"not cached: {exc}"
                 return
             index["relocations"] = self.relocations
+            index["glue"] = sorted(self.builder.requires.values(), key=str)
             if self.machine.call is not None:
                 index["wrapper"] = backend.saved_entry(self.machine.call)
             if not diskcache.save(key, self.machine, self.builder.depends):

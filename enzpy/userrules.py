@@ -24,6 +24,7 @@ Numba's implementation functions.
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import linecache
 import threading
@@ -31,11 +32,12 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+from llvmlite import binding as llvm
 from numba import types
 from numba.core.registry import cpu_target
 from numba.experimental import structref
 
-from . import custom, fingerprint, frontend
+from . import custom, diskcache, fingerprint, frontend
 from .errors import RuleError, UnsupportedError
 from .ir import Function, fields_of, local, tangent_name
 from .irtext import type_text
@@ -49,6 +51,7 @@ class RuleSpec:
     bwd: object = None
     jvp: object = None        # defjvp
     inactive: bool = False
+    builtin: tuple = None     # (module, qualified name) of the Numba implementation covered
 
 
 _lock = threading.RLock()
@@ -127,10 +130,13 @@ def clear_rules(f):
 
 def builtin_vjp(module, qualname, fwd, bwd, jvp=None):
     """A rule for Numba's implementation ``module.qualname`` (NumPy's linear
-    algebra: see linalg.py)."""
+    algebra: see linalg.py). Its functions are cached on disk by Numba: compiling
+    them (NumPy's linear algebra, in Numba) takes seconds per rule."""
+    def njit(g):
+        return numba.njit(cache=True)(g) if g is not None else None
     _builtin[(module, qualname)] = RuleSpec(f"enzpy's rule for {qualname.split('.')[0]}",
-                                            numba.njit(fwd), numba.njit(bwd),
-                                            numba.njit(jvp) if jvp else None)
+                                            njit(fwd), njit(bwd), njit(jvp),
+                                            builtin=(module, qualname))
 
 
 def _changed():
@@ -200,8 +206,9 @@ def glue_dispatchers(symbol, mode):
     ``symbol``, as (dispatcher, argument types): ``frontend.link_module``
     links their raw IR. (``hvp`` differentiates forward-mode glue in reverse
     mode: it needs both.)"""
-    if rule_of(symbol) is None:
-        return []
+    found_rule = rule_of(symbol)
+    if found_rule is None or (found_rule[0].builtin is not None and mode != "hvp"):
+        return []           # (first-order derivatives call built-in rules' glue by name)
     found = []
     for glue_mode in ("reverse", "forward") if mode == "hvp" else (mode,):
         found += [(g.dispatcher, g.argtypes) for g in glue_for(symbol, glue_mode)
@@ -230,10 +237,24 @@ class _Compiled:
     dispatcher: object
     argtypes: tuple
     restype: object
+    stable: str = None        # the name first-order derivatives call it by (see _publish)
 
     @property
     def symbol(self):
         return self.dispatcher.overloads[self.argtypes].fndesc.mangled_name
+
+    def _publish(self, spec, role):
+        """Give the glue of a built-in rule a name of its own in the JIT's symbol
+        table, the same in every process: first-order derivatives call it there
+        instead of linking its IR (with the IR of NumPy's linear algebra it calls,
+        lowered again when Numba loaded the rule from its cache), and a derivative
+        saved on disk is loaded once its glue is compiled again (``require``)."""
+        module, qualname = spec.builtin
+        digest = hashlib.sha256(f"{module}\0{qualname}\0{self.argtypes}\0{role}".encode())
+        self.stable = f"enzpy.glue.{digest.hexdigest()[:24]}"
+        cres = self.dispatcher.overloads[self.argtypes]
+        llvm.add_symbol(self.stable, cres.library.get_pointer_to_function(
+            cres.fndesc.llvm_func_name))
 
 
 @dataclass
@@ -263,6 +284,10 @@ class _Glue:
                     self.aug, self.rev = _reverse_glue(self)
                 elif mode == "forward" and self.spec.jvp is not None:
                     self.fwd = _forward_glue(self)
+                if self.spec.builtin is not None:
+                    for role in ("aug", "rev") if mode == "reverse" else ("fwd",):
+                        if getattr(self, role) is not None:
+                            getattr(self, role)._publish(self.spec, role)
             except RuleError as exc:
                 if mode == "reverse":
                     self.reverse_error = exc
@@ -288,15 +313,24 @@ def _kind(ty):
     return "other"
 
 
-def _compile(source, namespace, name, argtypes, rule):
-    filename = f"<enzpy rule glue {next(_ids)}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), namespace)
-    disp = numba.njit(fingerprint.generated_by_enzpy(namespace[name]))
+def _compile(source, namespace, name, argtypes, spec):
+    """Compile the glue function ``name`` of ``source``. The glue of a built-in
+    rule lives in a file of the cache folder, so Numba caches its machine code
+    (the file's name covers the rule, the source and enzpy's own)."""
+    filename = diskcache.source_file(f"# glue of {spec.builtin}\n{source}") \
+        if spec.builtin is not None else None
+    if filename is None:
+        filename = f"<enzpy rule glue {next(_ids)}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    # (the module Numba's cache imports again for the function's environment)
+    namespace.setdefault("__name__", __name__)
+    exec(compile("\n" + source, filename, "exec"), namespace)
+    disp = numba.njit(fingerprint.generated_by_enzpy(namespace[name]),
+                      cache=not filename.startswith("<"))
     try:
         disp.compile(tuple(argtypes))
     except numba.core.errors.TypingError as exc:
-        raise RuleError(f"{rule}: Numba cannot compile it for {argtypes}: {exc}") from None
+        raise RuleError(f"{spec.name}: Numba cannot compile it for {argtypes}: {exc}") from None
     return _Compiled(disp, tuple(argtypes), disp.overloads[tuple(argtypes)].signature.return_type)
 
 
@@ -307,9 +341,34 @@ def glue_for(symbol, mode) -> _Glue:
         if glue is None:
             spec, disp, argtypes = rule_of(symbol)
             restype = disp.overloads[tuple(argtypes)].signature.return_type
-            glue = _glue[symbol] = _Glue(spec, tuple(argtypes), restype,
-                                         [_kind(t) for t in argtypes])
+            glue = _glue[symbol] = _new_glue(spec, tuple(argtypes), restype)
         return glue.compile_for(mode)
+
+
+_builtin_glue: dict = {}      # (module, qualified name, argument types) -> _Glue
+
+
+def _new_glue(spec, argtypes, restype) -> _Glue:
+    """The glue of ``spec`` for ``argtypes``: one per process for a built-in
+    rule (its published names are unique)."""
+    key = (*spec.builtin, argtypes) if spec.builtin is not None else None
+    glue = _builtin_glue.get(key)
+    if glue is None:
+        glue = _Glue(spec, argtypes, restype, [_kind(t) for t in argtypes])
+        if key is not None:
+            _builtin_glue[key] = glue
+    return glue
+
+
+def require(module, qualname, argtypes, restype, mode) -> bool:
+    """Compile and publish the glue a derivative saved on disk calls (see
+    ``_callee``); False if it cannot be had, and the derivative is rebuilt."""
+    spec = _builtin.get((module, qualname))
+    if spec is None:
+        return False
+    with _lock:
+        glue = _new_glue(spec, argtypes, restype).compile_for(mode)
+    return (glue.reverse_error if mode == "reverse" else glue.forward_error) is None
 
 
 def _names(n, prefix):
@@ -453,7 +512,7 @@ def _reverse_glue(glue):
                   f"    box = new(Box)\n    box.res = _owned(res)\n    box.out = out\n"
                   f"    box.shadow = _zero_shadow(out)\n"
                   f"    return out, box, box.shadow\n")
-    aug = _compile(aug_source, dict(namespace), "aug", argtypes, spec.name)
+    aug = _compile(aug_source, dict(namespace), "aug", argtypes, spec)
 
     cts = _compile_rule_function(spec.bwd, (res_type, out_type), "bwd (residuals, g)", spec)
     if not isinstance(cts, types.BaseTuple) or len(cts) != n:
@@ -488,7 +547,7 @@ def _reverse_glue(glue):
     rev_types = (box_type, out_type, types.int64) + tuple(argtypes[i] for i in arrays) + \
         (types.int64,) * len(arrays)
     rev_namespace = dict(namespace, float64=np.float64, float32=np.float32)
-    rev = _compile("\n".join(lines) + "\n", rev_namespace, "rev", rev_types, spec.name)
+    rev = _compile("\n".join(lines) + "\n", rev_namespace, "rev", rev_types, spec)
     return aug, rev
 
 
@@ -510,7 +569,7 @@ def _forward_glue(glue):
     fwd_types = tuple(argtypes) * 2 + (types.int64,) * len(arrays)
     namespace = {"jvp": spec.jvp, "np": np, "_laid_out_like": _laid_out_like}
     try:
-        compiled = _compile("\n".join(lines) + "\n", namespace, "fwd", fwd_types, spec.name)
+        compiled = _compile("\n".join(lines) + "\n", namespace, "fwd", fwd_types, spec)
     except RuleError as exc:
         raise RuleError(f"{exc} (jvp(primals, tangents) must return (out, tangent_out))") \
             from None
@@ -590,6 +649,22 @@ class _Text:
                 self(f"call void @NRT_decref(ptr {meminfo})")
 
 
+def _callee(builder, glue, role, param_types) -> str:
+    """The name a derivative calls the glue function ``role`` by: its Numba
+    symbol when its IR is linked into the module (second order differentiates
+    it), else its published name (``_Compiled._publish``), declared, and
+    required of a process loading the derivative from disk."""
+    compiled = getattr(glue, role)
+    defined = builder.module.functions.get(compiled.symbol)
+    if compiled.stable is None or (defined is not None and defined.blocks):
+        return compiled.symbol
+    name = compiled.stable
+    builder.declarations[name] = f'declare i32 @"{name}"({", ".join(param_types)})'
+    builder.requires[name] = (*glue.spec.builtin, glue.argtypes, glue.restype,
+                              "forward" if role == "fwd" else "reverse")
+    return name
+
+
 class UserRule(custom.FunctionRule):
     """The door's entry for rules written as @njit functions."""
 
@@ -616,14 +691,15 @@ class UserRule(custom.FunctionRule):
         glue = glue_for(deriv.fn.name, "reverse")
         if glue.reverse_error is not None:
             raise glue.reverse_error
-        return self._augmented(deriv, glue) + self._reverse_sweep(deriv, glue)
+        return self._augmented(deriv, glue, builder) + self._reverse_sweep(deriv, glue, builder)
 
-    def _augmented(self, deriv, glue):
+    def _augmented(self, deriv, glue, builder):
         fn, t = deriv.fn, _Text()
         ret_type, out_type = _model_type(glue.aug.restype), _model_type(glue.restype)
         args = ", ".join(f"{a.type} {a.ref}" for a in fn.args[2:])
         t(f"%ret = alloca {ret_type}")
-        t(f'%status = call i32 @"{glue.aug.symbol}"(ptr %ret, ptr {fn.args[1].ref}, {args})')
+        callee = _callee(builder, glue, "aug", ["ptr", "ptr"] + [a.type for a in fn.args[2:]])
+        t(f'%status = call i32 @"{callee}"(ptr %ret, ptr {fn.args[1].ref}, {args})')
         t("%ok = icmp eq i32 %status, 0")
         t("br i1 %ok, label %store, label %failed")
         t.lines += ["failed:", "  ret i32 %status", "store:"]
@@ -642,7 +718,7 @@ class UserRule(custom.FunctionRule):
         return (f'define internal i32 @"{deriv.aug_name}"({", ".join(deriv.params)}) {{\n'
                 "entry:\n" + "\n".join(t.lines) + "\n}\n")
 
-    def _reverse_sweep(self, deriv, glue):
+    def _reverse_sweep(self, deriv, glue, builder):
         fn, t = deriv.fn, _Text()
         fields = _arg_fields(fn, glue.argtypes)
         activity = dict(zip((a.name for a in fn.args), deriv.activity))
@@ -674,8 +750,9 @@ class UserRule(custom.FunctionRule):
             args += [f"{a.type} {local('~s.' + a.name) if has and k in (0, 4) else a.ref}"
                      for k, a in enumerate(fields[i])]
             flags.append(t.shadow_flag(has, local("~s." + fields[i][4].name)))
-        t(f'%status = call i32 @"{glue.rev.symbol}"(ptr %ret, ptr %exc, '
-          f'{", ".join(args + flags)})')
+        typed = ["ptr %ret", "ptr %exc"] + args + flags
+        callee = _callee(builder, glue, "rev", [a.rsplit(" ", 1)[0] for a in typed])
+        t(f'%status = call i32 @"{callee}"({", ".join(typed)})')
         t("%e = load ptr, ptr %exc")
         t(f'call void @{RAISE}(ptr %"enzpy.tape", i32 %status, ptr %e)')
         t("call void @NRT_decref(ptr %box)")
@@ -739,8 +816,9 @@ class UserRule(custom.FunctionRule):
                 args += [f"{a.type} {a.ref}" for a in fields[i]]
         ret_type, out_type = _model_type(glue.fwd.restype), _model_type(glue.restype)
         t(f"%ret = alloca {ret_type}")
-        t(f'%status = call i32 @"{glue.fwd.symbol}"(ptr %ret, ptr {fn.args[1].ref}, '
-          f'{", ".join(args + flags)})')
+        typed = ["ptr %ret", f"ptr {fn.args[1].ref}"] + args + flags
+        callee = _callee(builder, glue, "fwd", [a.rsplit(" ", 1)[0] for a in typed])
+        t(f'%status = call i32 @"{callee}"({", ".join(typed)})')
         t("%ok = icmp eq i32 %status, 0")
         t("br i1 %ok, label %store, label %done")
         t.lines.append("store:")

@@ -140,6 +140,66 @@ def test_a_later_process_loads_instead_of_building(project):
         assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600
 
 
+LINALG_RUN = '''
+import json, sys
+import numpy as np
+from numba import njit
+import enzpy
+from enzpy import Duplicated, Forward, Reverse, autodiff, userrules
+
+
+@njit
+def f(a, b):
+    return np.linalg.solve(a, b).sum()
+
+
+a = np.array([[3.0, 1.0, 0.5], [0.2, 2.0, 0.1], [0.4, 0.3, 4.0]])
+b = np.array([1.0, -2.0, 0.5])
+da, db = np.zeros_like(a), np.zeros_like(b)
+autodiff(Reverse, f, Duplicated(a, da), Duplicated(b, db))
+reverse = enzpy.build_report(f)[-1]
+(tangent,) = autodiff(Forward, f, Duplicated(a, np.ones_like(a)), Duplicated(b, np.ones(3)))
+forward = enzpy.build_report(f)[-1]
+glue = [c.dispatcher for g in userrules._builtin_glue.values() for c in (g.aug, g.rev, g.fwd)
+        if c is not None]
+print(json.dumps({"da": da.tolist(), "db": db.tolist(), "tangent": tangent,
+                  "cache": [reverse.cache, forward.cache],
+                  "published": sorted(c.stable for g in userrules._builtin_glue.values()
+                                      for c in (g.aug, g.rev, g.fwd) if c is not None),
+                  "glue_hits": sum(sum(d.stats.cache_hits.values()) for d in glue),
+                  "glue_misses": sum(sum(d.stats.cache_misses.values()) for d in glue)}))
+'''
+
+
+def test_a_linear_algebra_derivative_is_loaded_with_its_rule_glue_from_numbas_cache(tmp_path):
+    """First-order derivatives call the glue of enzpy's linear-algebra rules by a
+    name of their own (not linking its IR): a later process compiles that glue
+    from Numba's cache (kept beside the derivatives) before loading the
+    derivative, and gets the same derivative."""
+    (tmp_path / "run.py").write_text(LINALG_RUN)
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True,
+                              text=True, timeout=600, env=dict(
+                                  os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache")))
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["cache"] == ["stored", "stored"] and first["glue_misses"] > 0
+    assert second["cache"] == ["loaded", "loaded"]
+    assert second["glue_hits"] == first["glue_misses"] and second["glue_misses"] == 0
+    assert second["published"] == first["published"] and len(first["published"]) == 3
+    a = np.array([[3.0, 1.0, 0.5], [0.2, 2.0, 0.1], [0.4, 0.3, 4.0]])
+    x = np.linalg.solve(a, np.array([1.0, -2.0, 0.5]))
+    db = np.linalg.solve(a.T, np.ones(3))
+    for run in runs:
+        np.testing.assert_allclose(run["db"], db, rtol=1e-12)
+        np.testing.assert_allclose(run["da"], -np.outer(db, x), rtol=1e-12)
+        # d/dt sum(solve(a + t E, b + t e)) = db . (e - E x)
+        assert run["tangent"] == pytest.approx(db @ (np.ones(3) - np.ones((3, 3)) @ x))
+    assert list((tmp_path / "cache" / "glue").glob("glue_*.py"))
+
+
 def test_editing_the_function_or_a_callee_rebuilds(project):
     _check(_run(project))
     _write(project / "code", shift="1.5")                 # the model's own file
