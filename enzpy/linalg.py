@@ -15,7 +15,11 @@ singular values, where the result follows the primal's inf/nan).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import binding as llvm
+from llvmlite import ir as llir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import get_cython_function_address, intrinsic
 
 from .userrules import builtin_vjp
 
@@ -28,9 +32,129 @@ def _rule(name, fwd, bwd, jvp, inner=None):
     builtin_vjp(_MODULE, f"{name}.<locals>.{inner or name}", fwd, bwd, jvp)
 
 
-@njit
+@njit(cache=True)
 def _as_column(v):
     return v.reshape(v.shape[0], -1)
+
+
+# -- triangular solves (BLAS trsm), for the rules below --------------------------------------
+# Numba sends no NumPy function to trsm, so the rules' triangular solves would be
+# general solves (an LU factorization and two triangular solves each). SciPy's
+# BLAS (which Numba's linear algebra needs anyway) has it: it is published
+# under a name of enzpy's, which compiled code (and caches) refer to.
+def _publish_trsm():
+    for name in ("dtrsm", "strsm"):
+        try:
+            address = get_cython_function_address("scipy.linalg.cython_blas", name)
+        except (ImportError, ValueError):
+            return
+        llvm.add_symbol(f"enzpy_{name}", address)
+
+
+_publish_trsm()
+
+
+@intrinsic
+def _trsm(typingctx, side, uplo, trans, m, n, a, lda, b, ldb):
+    """BLAS ``?trsm(side, uplo, trans, 'N', m, n, 1, a, lda, b, ldb)`` (column-major,
+    in place in ``b``); the flags are characters' codes."""
+    dtype = a.dtype
+    sig = types.void(side, uplo, trans, m, n, a, lda, b, ldb)
+
+    def codegen(context, builder, sig, args):
+        side, uplo, trans, m, n, a, lda, b, ldb = args
+        vp = cgutils.voidptr_t
+        i32 = llir.IntType(32)
+
+        def by_reference(value):
+            return builder.bitcast(cgutils.alloca_once_value(builder, value), vp)
+
+        def char(code):
+            return by_reference(builder.trunc(code, llir.IntType(8)))
+
+        def integer(value):
+            return by_reference(builder.trunc(value, i32))
+
+        def data(ty, value):
+            return builder.bitcast(context.make_array(ty)(context, builder, value).data, vp)
+
+        one = context.get_constant(dtype, 1.0)
+        fnty = llir.FunctionType(llir.VoidType(), [vp] * 11)
+        name = "enzpy_dtrsm" if dtype == types.float64 else "enzpy_strsm"
+        fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+        builder.call(fn, [char(side), char(uplo), char(trans), char(context.get_constant(
+            types.int64, ord("N"))), integer(m), integer(n), by_reference(one),
+            data(sig.args[5], a), integer(lda), data(sig.args[7], b), integer(ldb)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True)
+def _trsolve(t, b, lower, trans):
+    """``op(t)^-1 b`` for ``t`` triangular (its lower triangle if ``lower``, else
+    its upper one; op: the transpose if ``trans``) and ``b`` a matrix: one BLAS
+    trsm on a copy of ``b``. The other triangle of ``t`` is not read."""
+    t = np.ascontiguousarray(t)
+    x = b.copy()                # (C-contiguous)
+    n, k = x.shape
+    if t.shape[0] != n or t.shape[1] != n:
+        raise ValueError("triangular solve: shapes do not match")
+    # Row-major t is column-major t^T: op(t) x = b is x^T op(t)^T = b^T, with x^T
+    # column-major, t's triangle flipped, and trans kept.
+    _trsm(ord("R"), ord("U") if lower else ord("L"), ord("T") if trans else ord("N"),
+          k, n, t, max(n, 1), x, max(k, 1))
+    return x
+
+
+@njit(cache=True)
+def _triangle(x, lower, diagonal=1.0):
+    """The lower (or upper) triangle of the square ``x``, its diagonal scaled
+    by ``diagonal``; zeros elsewhere. (A loop: Numba's ``np.tril`` builds a mask
+    and costs as much as a triangular solve.)"""
+    n = x.shape[0]
+    out = np.zeros((n, n), dtype=x.dtype)
+    for i in range(n):
+        for j in range(i) if lower else range(i + 1, n):
+            out[i, j] = x[i, j]
+        out[i, i] = diagonal * x[i, i]
+    return out
+
+
+@njit(cache=True)
+def _symmetric_part(x):
+    """(x + x^T) / 2."""
+    n = x.shape[0]
+    out = np.empty((n, n), dtype=x.dtype)
+    for i in range(n):
+        for j in range(i + 1):
+            v = 0.5 * (x[i, j] + x[j, i])
+            out[i, j] = v
+            out[j, i] = v
+    return out
+
+
+def _trsolve_fwd(t, b, lower, trans):
+    x = _trsolve(t, b, lower, trans)
+    return x, (t, x, lower, trans)
+
+
+def _trsolve_bwd(res, g):
+    t, x, lower, trans = res
+    gb = _trsolve(t, g, lower, not trans)
+    gt = -(x @ gb.T) if trans else -(gb @ x.T)
+    return _triangle(gt, lower), gb, None, None
+
+
+def _trsolve_jvp(primals, tangents):
+    t, b, lower, trans = primals
+    dt, db = tangents[0], tangents[1]
+    x = _trsolve(t, b, lower, trans)
+    dt = _triangle(dt, lower)
+    return x, _trsolve(t, db - ((dt.T if trans else dt) @ x), lower, trans)
+
+
+builtin_vjp(__name__, "_trsolve", _trsolve_fwd, _trsolve_bwd, _trsolve_jvp)
 
 
 # -- solve(a, b): a x = b -------------------------------------------------------------------
@@ -115,10 +239,10 @@ _rule("slogdet_impl", _slogdet_fwd, _slogdet_bwd, _slogdet_jvp)
 
 
 # -- cholesky(a) = L, a = L L^T -----------------------------------------------------------------
-@njit
+@njit(cache=True)
 def _phi(x):
     """The lower triangle of x with its diagonal halved."""
-    return np.tril(x) - 0.5 * np.diag(np.diag(x))
+    return _triangle(x, True, 0.5)
 
 
 def _cholesky_fwd(a):
@@ -129,15 +253,16 @@ def _cholesky_fwd(a):
 def _cholesky_bwd(lower, g):
     # abar = L^-T Phi(L^T Lbar) L^-1, symmetrized (a is symmetric)
     p = _phi(lower.T @ g)
-    inner = np.linalg.solve(lower.T, p.T).T             # P L^-1
-    abar = np.linalg.solve(lower.T, inner)              # L^-T P L^-1
-    return (0.5 * (abar + abar.T),)
+    y = _trsolve(lower, p, True, True)                  # L^-T P
+    abar = _trsolve(lower, y.T, True, True)             # (L^-T P L^-1)^T
+    return (_symmetric_part(abar),)
 
 
 def _cholesky_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     lower = np.linalg.cholesky(a)
-    s = np.linalg.solve(lower, np.linalg.solve(lower, 0.5 * (da + da.T)).T).T  # L^-1 dA L^-T
+    y = _trsolve(lower, _symmetric_part(da), True, False)             # L^-1 dA
+    s = _trsolve(lower, y.T, True, False)                           # L^-1 dA L^-T (symmetric)
     return lower, lower @ _phi(s)
 
 
@@ -145,7 +270,7 @@ _rule("cho_impl", _cholesky_fwd, _cholesky_bwd, _cholesky_jvp)
 
 
 # -- eigh(a) = (w, v): a v = v diag(w) ------------------------------------------------------------
-@njit
+@njit(cache=True)
 def _eigh_f(w):
     n = w.shape[0]
     f = np.zeros((n, n), dtype=w.dtype)
@@ -166,13 +291,13 @@ def _eigh_bwd(res, g):
     gw, gv = g
     inner = np.diag(gw) + _eigh_f(w) * (v.T @ gv)
     abar = v @ inner @ v.T
-    return (0.5 * (abar + abar.T),)
+    return (_symmetric_part(abar),)
 
 
 def _eigh_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     w, v = np.linalg.eigh(a)
-    s = v.T @ (0.5 * (da + da.T)) @ v
+    s = v.T @ _symmetric_part(da) @ v
     return (w, v), (np.diag(s).copy(), v @ (_eigh_f(w) * s))
 
 
@@ -192,7 +317,7 @@ def _eigvalsh_bwd(v, g):
 def _eigvalsh_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     w, v = np.linalg.eigh(a)
-    return w, np.sum(v * ((0.5 * (da + da.T)) @ v), axis=0)
+    return w, np.sum(v * (_symmetric_part(da) @ v), axis=0)
 
 
 _rule("eigvalsh_impl", _eigvalsh_fwd, _eigvalsh_bwd, _eigvalsh_jvp)
@@ -248,7 +373,7 @@ _rule("eig_impl", _eig_fwd, _eig_bwd, _eig_jvp, inner="real_eig_impl")
 
 
 # -- svd(a, full_matrices) = (u, s, vh), a = u diag(s) vh -------------------------------------
-@njit
+@njit(cache=True)
 def _svd_f(s):
     k = s.shape[0]
     f = np.zeros((k, k), dtype=s.dtype)
@@ -315,12 +440,12 @@ _rule("svd_impl", _svd_fwd, _svd_bwd, _svd_jvp)
 
 
 # -- qr(a) = (q, r), reduced ----------------------------------------------------------------
-@njit
+@njit(cache=True)
 def _copy_lower_to_upper(x):
     return np.tril(x) + np.tril(x, -1).T
 
 
-@njit
+@njit(cache=True)
 def _qr_bwd_tall(q, r, gq, gr):
     # m >= n (Walter & Lehmann): abar = (gq + q copyltu(M)) r^-T, M = r gr^T - gq^T q
     mm = r @ gr.T - gq.T @ q
