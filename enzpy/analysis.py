@@ -14,7 +14,7 @@ from functools import cached_property
 
 import networkx as nx
 
-from .ir import (Function, contains_float, contains_pointer, field_offsets, fields_of,
+from .ir import (Function, local, contains_float, contains_pointer, field_offsets, fields_of,
                  leaf_kinds, size_and_alignment)
 
 # Instructions whose result is a pointer into the same object as an operand.
@@ -387,6 +387,7 @@ class ReadOnlyMemory:
         self.roots = {}
         self.written = {name: set() for name in module.functions}
         self.unknown_write = False
+        self.fresh_returning = self._fresh_returning()
         self._propagate_writes()
         self.readonly = {name: {r for r in self._all_roots(fn) if r not in self.written[name]}
                          for name, fn in module.functions.items()}
@@ -431,6 +432,79 @@ class ReadOnlyMemory:
                         if a.type == "ptr" and (written is None or k in written):
                             yield a
 
+    # -- memory made during the call ----------------------------------------------
+    # A pointer loaded from a stack slot that only ever holds null or memory
+    # allocated during the call (Numba's return slot of a function returning a
+    # new array) points to memory no argument or other root reaches: a write
+    # there is no write of unknown memory.
+    def _fresh_returning(self) -> set:
+        """Functions whose return slot (parameter 0) only ever receives null or
+        memory allocated during the call: the greatest fixed point (a recursive
+        function returning what its own call returned stays in)."""
+        fresh = set(self.module.functions)
+        changed = True
+        while changed:
+            changed = False
+            for name in list(fresh):
+                if not self._fills_freshly(self.module.functions[name], {("arg", 0)}, fresh):
+                    fresh.discard(name)
+                    changed = True
+        return fresh
+
+    def _fills_freshly(self, fn, slot, fresh, seen=frozenset()) -> bool:
+        """Whether every write in ``fn`` to memory with a root in ``slot``
+        stores null or fresh memory (or is a fresh-returning call's return)."""
+        for b in fn.blocks:
+            for ins in b.instructions:
+                if ins.opcode == "store":
+                    if self._roots(fn, ins.operands[1]) & slot and \
+                            not self._fresh_value(fn, ins.operands[0], fresh, seen):
+                        return False
+                    if ins.operands[0].type == "ptr" and self._roots(fn, ins.operands[0]) & slot:
+                        return False        # (the slot's address escapes)
+                elif ins.opcode == "call" and not (ins.callee or "").startswith(
+                        _NON_WRITING_CALLS):
+                    for k, a in enumerate(ins.args):
+                        if a.type == "ptr" and self._roots(fn, a) & slot and \
+                                not (k == 0 and ins.callee in fresh):
+                            return False
+        return True
+
+    def _fresh_value(self, fn, v, fresh, seen, phis=None) -> bool:
+        """Whether every pointer in ``v`` is null or fresh memory."""
+        if not contains_pointer(v.type):
+            return True
+        if v.kind == "const":
+            return v.ref in ("null", "zeroinitializer", "undef", "poison")
+        if v.kind != "inst":
+            return False
+        ins = fn.defs[v.name]
+        phis = set() if phis is None else phis
+        if ins.opcode in ("phi", "select"):
+            if v.name in phis:
+                return True
+            phis.add(v.name)
+            ops = [o for o, _ in ins.incoming] if ins.opcode == "phi" else ins.operands[1:]
+            return all(self._fresh_value(fn, o, fresh, seen, phis) for o in ops)
+        if ins.opcode in ("getelementptr", "bitcast", "addrspacecast", "freeze") or \
+                ins.callee in DERIVED_POINTERS:
+            return self._fresh_value(fn, ins.operands[0], fresh, seen, phis)
+        if ins.opcode == "insertvalue":
+            return all(self._fresh_value(fn, o, fresh, seen, phis) for o in ins.operands)
+        if ins.opcode == "load":
+            return self._fresh_load(fn, ins, fresh, seen)
+        return ins.callee in ALLOCATORS
+
+    def _fresh_load(self, fn, load, fresh, seen=frozenset()) -> bool:
+        """A load from a stack slot only ever filled with null or fresh memory."""
+        slot = self._roots(fn, load.operands[0])
+        if not slot or any(kind != "local" or fn.defs[name].opcode != "alloca"
+                           for kind, name in slot):
+            return False
+        if (fn.name, frozenset(slot)) in seen:
+            return True                 # (what the slot holds, stored back)
+        return self._fills_freshly(fn, slot, fresh, seen | {(fn.name, frozenset(slot))})
+
     def _propagate_writes(self):
         changed = True
         while changed:
@@ -438,6 +512,9 @@ class ReadOnlyMemory:
             for name, fn in self.module.functions.items():
                 for ptr in self._writes(fn):
                     for root in self._roots(fn, ptr):
+                        if root[0] == "unknown" and fn.defs[root[1]].opcode == "load" and \
+                                self._fresh_load(fn, fn.defs[root[1]], self.fresh_returning):
+                            continue    # (memory made during the call)
                         if root[0] == "unknown":
                             self.unknown_write = True
                         elif root not in self.written[name]:
@@ -490,6 +567,77 @@ def split_loop_exits(fn: Function):
         fn.blocks.extend(new_blocks)
         fn.__post_init__()
         fn.__dict__.pop("users", None)
+
+
+# Instructions whose result depends on more than their operands (or that a
+# loop may run with other operands each time).
+_NOT_INVARIANT = ("phi", "load", "call", "alloca", "store", "atomicrmw", "cmpxchg", "freeze",
+                  "landingpad", "va_arg", "invoke")
+
+
+def untie_carried_selects(fn: Function):
+    """Untie a loop-carried value that a loop-invariant condition keeps.
+
+    Numba's broadcasting loops (every array expression) keep one index per
+    operand and dimension, updated only where that dimension is longer than
+    one: ``p = phi [init, outside], [s, latch]`` with ``s = select c, x, p``.
+    With ``c`` the same in every iteration, ``p`` stays ``init`` whenever ``c``
+    is false, so ``s`` is ``select c, x, init``: rewritten so, the reverse sweep
+    recomputes ``s`` from the loop's index instead of recording ``p`` (and
+    the address of every element read through it) in every iteration. Done
+    once per function, before any derivative.
+    """
+    if getattr(fn, "_selects_untied", False):
+        return
+    fn._selects_untied = True
+    cfg = ControlFlow(fn)
+    changed = False
+    for header, latches in _back_edges(cfg).items():
+        body = _loop_body(cfg, header, latches)
+        invariant = _invariance(fn, body)
+        for phi in fn.block_map[header].instructions:
+            if phi.opcode != "phi":
+                break
+            outside = {v.ref: v for v, b in phi.incoming if b not in body}
+            inside = {v.ref: v for v, b in phi.incoming if b in body}
+            if len(outside) != 1 or len(inside) != 1:
+                continue
+            (init,), (carried,) = outside.values(), inside.values()
+            s = fn.defs.get(carried.name) if carried.kind == "inst" else None
+            if s is None or s.opcode != "select" or not s.type.startswith("i") or \
+                    not invariant(s.operands[0]) or not invariant(init):
+                continue
+            c, a, b = s.operands
+            if b.ref == phi.value.ref and a.ref != phi.value.ref:
+                b = init
+            elif a.ref == phi.value.ref and b.ref != phi.value.ref:
+                a = init
+            else:
+                continue
+            s.operands = [c, a, b]
+            s.text = f"{local(s.name)} = select i1 {c.ref}, {s.type} {a.ref}, {s.type} {b.ref}"
+            changed = True
+    if changed:
+        fn.__dict__.pop("users", None)
+
+
+def _invariance(fn, body):
+    """A test that a value is the same in every iteration of the loop ``body``."""
+    known = {}
+
+    def invariant(v) -> bool:
+        if v.kind != "inst":
+            return True
+        ins = fn.defs.get(v.name)
+        if ins is None or ins.block.name not in body:
+            return True
+        if v.name not in known:
+            known[v.name] = False       # (a cycle goes through a phi: not invariant)
+            known[v.name] = ins.opcode not in _NOT_INVARIANT and \
+                all(invariant(o) for o in ins.operands)
+        return known[v.name]
+
+    return invariant
 
 
 def _back_edges(cfg) -> dict:

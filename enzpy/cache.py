@@ -19,7 +19,7 @@ from . import rules
 from .errors import UnsupportedError
 from .frontend import data_pointer_types, demangle, signature_of
 from .ir import local, tangent_name
-from .analysis import ReadOnlyMemory, split_loop_exits
+from .analysis import ReadOnlyMemory, split_loop_exits, untie_carried_selects
 from .custom import rule_for
 from .parallel import DISCARD, name_parallel_loops
 from .blas import BLAS_RUNTIME
@@ -184,6 +184,7 @@ class ModuleBuilder:
                 found = ForwardDerivative(fn, activity, index)
             else:
                 split_loop_exits(fn)
+                untie_carried_selects(fn)
                 found = FunctionDerivative(fn, activity, index, atomic)
             self.derivatives[key] = found
             self._pending.append(found)

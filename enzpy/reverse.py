@@ -17,6 +17,7 @@ call their own ``aug``/``rev``, obtained from the memoized cache, so recursion
 """
 from __future__ import annotations
 
+import itertools
 import re
 from contextlib import contextmanager
 
@@ -112,6 +113,9 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         # slot's adjoint, or a shadow pointer kept there): known after planning.
         self.reverse_reads_alloca_shadows = False
         self.pushed = {}              # block -> {key: type}
+        # loop header -> {key: type}: values recorded once per run of the loop,
+        # at its exits (see _hoisting_loop)
+        self.hoisted = {}
         self.dependences = {}         # block -> DependenceGraph, filled while planning
         self.recorded = {}            # block -> primal keys recorded, the others recomputed
         self._recomputing = []        # the primal key being recomputed, None for other work
@@ -229,12 +233,21 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
                 self.recomputed[(key, block)] = memo
             return memo
         how = self._storage(key, ins)
+        ty = ins.type
+        loop = self._hoisting_loop(ins, block) if how != "frame" else None
+        if loop is not None:
+            # (outside the block's choice of what to record: this costs once per loop run)
+            self.hoisted.setdefault(loop, {}).setdefault(key, ty)
+            memo = self.recomputed.get((key, block))
+            if memo is None:
+                memo = self.recomputed[(key, block)] = self.e.define(
+                    ty, f"load {ty}, ptr {self._hoisted_slot(loop, key)}")
+            return memo
         recorded = "push" if ins.block.name in self.cfg.loop_blocks else "frame"
         if key[0] == "p":
             how = self._record_or_recompute(key, ins, block, how, recorded, depth)
         elif how == "recompute" and depth > _RECOMPUTE_DEPTH:
             how = recorded
-        ty = ins.type
         if how == "frame":
             self.frame.setdefault(key, ty)
             return Value(local(f"~fr.{key[0]}.{key[1]}"), ty, "inst")
@@ -247,6 +260,52 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
                 memo = self._recompute(key, ins, block, depth + 1)
             self.recomputed[(key, block)] = memo
         return memo
+
+    def _hoisting_loop(self, ins, block):
+        """The outermost counted loop running ``block`` but not ``ins``'s block, or
+        None. A value the reverse of ``block`` needs is the same in every
+        iteration of that loop (it is defined before the loop runs): it is
+        recorded (or recomputed) once per run of the loop, at its exits, and
+        kept in a slot the reverse sweep fills when it enters the loop. (The
+        index Numba's broadcasting keeps for an outer dimension is recorded
+        once per row, not once per element; an array's data pointer, a call,
+        is recomputed once, not in every iteration, which kept the loop from
+        vectorising.)"""
+        found = None
+        for h, loop in self.loops.items():
+            if block in loop.body and ins.block.name not in loop.body and (
+                    found is None or len(loop.body) > len(self.loops[found].body)):
+                found = h
+        return found
+
+    @staticmethod
+    def _hoisted_slot(header, key) -> str:
+        return local(f"~hv.{header}.{key[0]}.{key[1]}")
+
+    def _fill_hoisted(self, sites):
+        """Write, where the reverse sweep enters each loop (``sites``: header ->
+        [(block, emitter, marker)]), the stores of the values recorded for the
+        loop. Fetching them may record values for other loops (outer ones):
+        written again until no loop gains a value."""
+        rounds = itertools.count()
+        while True:
+            before = {h: len(values) for h, values in self.hoisted.items()}
+            fills = []
+            for h, entries in sites.items():
+                for block, emitter, marker in entries:
+                    self.e = fill = Emitter(f"~hf{next(rounds)}")
+                    self.recomputed = {}
+                    for key, ty in list(self.hoisted.get(h, {}).items()):
+                        v = self.fn.defs[key[1]].value
+                        v = self.primal(v, block) if key[0] == "p" else self.shadow(v, block)
+                        fill.emit(f"store {ty} {v.ref}, ptr {self._hoisted_slot(h, key)}")
+                    fills.append((emitter, marker, fill))
+            if before == {h: len(values) for h, values in self.hoisted.items()}:
+                break
+        for emitter, marker, fill in fills:
+            index = emitter.lines.index(marker)
+            emitter.lines[index:index + 1] = fill.lines
+            emitter.declarations.update(fill.declarations)
 
     @contextmanager
     def _recomputing_for(self, key):
@@ -331,6 +390,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         self.recomputed = {}
         self.adjoints = {}
         body = Emitter("~r")
+        self.hoisted, self._entry_sites, reverses = {}, {}, []
         for b in self.fn.blocks:
             self.e = e = Emitter(f"~r.{b.name}")
             self.recomputed = {}
@@ -338,7 +398,10 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
                 if ins.opcode != "phi":
                     self._reverse_instruction(ins, b.name)
             self._dispatch(b)
-            # what the block's record holds is known once its reverse is written
+            reverses.append(e)
+        self._fill_hoisted(self._entry_sites)
+        for b, e in zip(self.fn.blocks, reverses):
+            # what the block's record holds is known once every reverse is written
             self.e = pop = Emitter(f"~pop.{b.name}")
             pop.label("~rev." + b.name)
             self._pop_block(b)
@@ -363,6 +426,9 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             head.emit(f"store {ty} {head.zero(ty).ref}, ptr {local('~adj.' + name)}")
         for h in self.loops:
             head.emit(f"{local('~k.' + h)} = alloca i64")
+        for h, values in self.hoisted.items():
+            for key, ty in values.items():
+                head.emit(f"{self._hoisted_slot(h, key)} = alloca {ty}")
         self._pop_frame(head)
         self.builder.declarations.update(body.declarations)
         self.builder.declarations.update(head.declarations)
@@ -439,9 +505,13 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
                     entries.setdefault(pred, []).append((h, count))
         return entries
 
-    def _enter_loops(self, entries, pred):
+    def _enter_loops(self, entries, pred, block):
         for h, count in entries.get(pred, []):
             self.e.emit(f"store i64 {count.ref}, ptr {local('~k.' + h)}")
+            # (the loop's hoisted values are stored here once all are known)
+            marker = f"; hoisted values of {h} entered from {block}.{pred}"
+            self.e.lines.append(marker)
+            self._entry_sites.setdefault(h, []).append((block, self.e, marker))
 
     def _dispatch(self, b):
         e = self.e
@@ -454,7 +524,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         incoming_adjoints = [(phi, self._take_adjoint(phi.value)) for phi in phis]
         if len(preds) == 1:
             self._transfer(incoming_adjoints, preds[0])
-            self._enter_loops(entries, preds[0])
+            self._enter_loops(entries, preds[0], b.name)
             e.emit(f"br label {local('~rev.' + preds[0])}")
             return
         targets = [f"~rev.{b.name}.from.{i}" for i in range(len(preds))]
@@ -463,7 +533,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         for target, pred in zip(targets, preds):
             e.label(target)
             self._transfer(incoming_adjoints, pred)
-            self._enter_loops(entries, pred)
+            self._enter_loops(entries, pred, b.name)
             e.emit(f"br label {local('~rev.' + pred)}")
 
     def _transfer(self, incoming_adjoints, pred):
