@@ -150,8 +150,8 @@ def _trsolve_jvp(primals, tangents):
     t, b, lower, trans = primals
     dt, db = tangents[0], tangents[1]
     x = _trsolve(t, b, lower, trans)
-    dt = _triangle(dt, lower)
-    return x, _trsolve(t, db - ((dt.T if trans else dt) @ x), lower, trans)
+    d_op = _triangle(dt.T, not lower) if trans else _triangle(dt, lower)     # op(dt)
+    return x, _trsolve(t, db - d_op @ x, lower, trans)
 
 
 builtin_vjp(__name__, "_trsolve", _trsolve_fwd, _trsolve_bwd, _trsolve_jvp)
