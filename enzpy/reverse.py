@@ -181,8 +181,9 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         if depth > _RECOMPUTE_DEPTH:
             return False
         ins = self.fn.defs[v.name]
-        if ins.block.name not in self.cfg.loop_blocks:
-            return True
+        if ins.block.name not in self.cfg.loop_blocks or \
+                self._hoisting_loop(ins, block) is not None:
+            return True             # (the frame, or once per run of the loop)
         iv = self.inductions.get(v.name)
         if iv is not None and block in self.loops[iv[0]].body:
             return self._induction_free(iv[1], block, depth + 1) and \
