@@ -1,0 +1,93 @@
+"""enzpy's own triangular solve (BLAS trsm, enzpy/linalg.py), which the rules of
+cholesky (and their second order) use: its values, and its rule in reverse mode,
+forward mode and second order, against finite differences. Only the triangle
+``lower`` names is read: the other one carries no derivative."""
+import numpy as np
+import pytest
+from numba import njit
+
+import enzpy
+from enzpy import Const, Duplicated, Forward, Reverse, autodiff
+from enzpy.linalg import _trsolve
+
+CASES = [(lower, trans) for lower in (True, False) for trans in (False, True)]
+
+
+def _triangular(rng, n, lower):
+    t = rng.standard_normal((n, n)) + 3.0 * np.eye(n)
+    return t                  # the other triangle is garbage _trsolve must not read
+
+
+def _op(t, lower, trans):
+    tri = np.tril(t) if lower else np.triu(t)
+    return tri.T if trans else tri
+
+
+@pytest.mark.parametrize("lower,trans", CASES)
+@pytest.mark.parametrize("n,k", [(1, 1), (4, 3), (5, 1)])
+def test_values(lower, trans, n, k):
+    rng = np.random.default_rng(n + 10 * k)
+    t, b = _triangular(rng, n, lower), rng.standard_normal((n, k))
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-4)):
+        x = _trsolve(t.astype(dtype), b.astype(dtype), lower, trans)
+        assert x.dtype == dtype
+        np.testing.assert_allclose(_op(t, lower, trans) @ x, b, rtol=tol, atol=tol)
+    # any layout of either operand
+    x = _trsolve(np.asfortranarray(t), np.asfortranarray(b), lower, trans)
+    np.testing.assert_allclose(_op(t, lower, trans) @ x, b, rtol=1e-12, atol=1e-12)
+
+
+@njit
+def _weighted(t, b, w, lower, trans):
+    return (w * _trsolve(t, b, lower, trans)).sum()
+
+
+def _fd(f, x, h=1e-6):
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = h
+        g[i] = (f(x + e) - f(x - e)) / (2 * h)
+    return g
+
+
+@pytest.mark.parametrize("lower,trans", CASES)
+def test_reverse_and_forward_mode(lower, trans):
+    rng = np.random.default_rng(3)
+    n, k = 4, 3
+    t, b, w = _triangular(rng, n, lower), rng.standard_normal((n, k)), rng.standard_normal((n, k))
+    dt, db = np.zeros_like(t), np.zeros_like(b)
+    autodiff(Reverse, _weighted, Duplicated(t, dt), Duplicated(b, db), Const(w), Const(lower),
+             Const(trans))
+    want_t = _fd(lambda x: _weighted(x, b, w, lower, trans), t)
+    want_b = _fd(lambda x: _weighted(t, x, w, lower, trans), b)
+    np.testing.assert_allclose(dt, want_t, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(db, want_b, rtol=1e-6, atol=1e-8)
+    assert not (np.triu(dt, 1) if lower else np.tril(dt, -1)).any()
+    vt, vb = rng.standard_normal((n, n)), rng.standard_normal((n, k))
+    (tangent,) = autodiff(Forward, _weighted, Duplicated(t, vt), Duplicated(b, vb), Const(w),
+                          Const(lower), Const(trans))
+    assert tangent == pytest.approx(np.sum(dt * vt) + np.sum(db * vb), rel=1e-10)
+
+
+@njit
+def _squared(t, b, lower, trans):
+    x = _trsolve(t, b, lower, trans)
+    return (x * x).sum()
+
+
+@pytest.mark.parametrize("lower,trans", [(True, False), (True, True)])
+def test_second_order(lower, trans):
+    # reverse over the rule's forward mode, and its bwd differentiated again
+    rng = np.random.default_rng(4)
+    t, b, v = _triangular(rng, 3, lower), rng.standard_normal((3, 2)), rng.standard_normal((3, 3))
+
+    def gradient(x):
+        g = np.zeros_like(x)
+        autodiff(Reverse, _squared, Duplicated(x, g), Const(b), Const(lower), Const(trans))
+        return g
+
+    h = 1e-5
+    want = (gradient(t + h * v) - gradient(t - h * v)) / (2 * h)
+    got = enzpy.hvp(_squared, t, v, b, lower, trans)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
