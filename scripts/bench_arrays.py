@@ -10,7 +10,6 @@ Measured in one run (median of several calls each):
 """
 import argparse
 import math
-import time
 
 import numpy as np
 from numba import njit

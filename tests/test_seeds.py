@@ -12,7 +12,6 @@ The last tests are minimal reproducers of enzpy bugs met while porting.
 """
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
