@@ -324,6 +324,7 @@ def _compile(source, namespace, name, argtypes, spec):
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     # (the module Numba's cache imports again for the function's environment)
     namespace.setdefault("__name__", __name__)
+    # (one line ahead: the file starts with the header line above the source)
     exec(compile("\n" + source, filename, "exec"), namespace)
     disp = numba.njit(fingerprint.generated_by_enzpy(namespace[name]),
                       cache=not filename.startswith("<"))
@@ -362,7 +363,7 @@ def _new_glue(spec, argtypes, restype) -> _Glue:
 
 def require(module, qualname, argtypes, restype, mode) -> bool:
     """Compile and publish the glue a derivative saved on disk calls (see
-    ``_callee``); False if it cannot be had, and the derivative is rebuilt."""
+    ``_call_glue``); False if it cannot be had, and the derivative is rebuilt."""
     spec = _builtin.get((module, qualname))
     if spec is None:
         return False
@@ -649,20 +650,21 @@ class _Text:
                 self(f"call void @NRT_decref(ptr {meminfo})")
 
 
-def _callee(builder, glue, role, param_types) -> str:
-    """The name a derivative calls the glue function ``role`` by: its Numba
-    symbol when its IR is linked into the module (second order differentiates
-    it), else its published name (``_Compiled._publish``), declared, and
-    required of a process loading the derivative from disk."""
+def _call_glue(builder, glue, role, typed_args) -> str:
+    """The call of the glue function ``role`` with ``typed_args`` ("type ref"). It
+    is called by its Numba symbol when its IR is linked into the module (second
+    order differentiates it), else by its published name (``_Compiled._publish``),
+    declared, and required of a process loading the derivative from disk."""
     compiled = getattr(glue, role)
-    defined = builder.module.functions.get(compiled.symbol)
-    if compiled.stable is None or (defined is not None and defined.blocks):
-        return compiled.symbol
-    name = compiled.stable
-    builder.declarations[name] = f'declare i32 @"{name}"({", ".join(param_types)})'
-    builder.requires[name] = (*glue.spec.builtin, glue.argtypes, glue.restype,
-                              "forward" if role == "fwd" else "reverse")
-    return name
+    name = compiled.symbol
+    defined = builder.module.functions.get(name)
+    if compiled.stable is not None and (defined is None or not defined.blocks):
+        name = compiled.stable
+        params = ", ".join(a.rsplit(" ", 1)[0] for a in typed_args)
+        builder.declarations[name] = f'declare i32 @"{name}"({params})'
+        builder.requires[name] = (*glue.spec.builtin, glue.argtypes, glue.restype,
+                                  "forward" if role == "fwd" else "reverse")
+    return f'call i32 @"{name}"({", ".join(typed_args)})'
 
 
 class UserRule(custom.FunctionRule):
@@ -696,10 +698,9 @@ class UserRule(custom.FunctionRule):
     def _augmented(self, deriv, glue, builder):
         fn, t = deriv.fn, _Text()
         ret_type, out_type = _model_type(glue.aug.restype), _model_type(glue.restype)
-        args = ", ".join(f"{a.type} {a.ref}" for a in fn.args[2:])
         t(f"%ret = alloca {ret_type}")
-        callee = _callee(builder, glue, "aug", ["ptr", "ptr"] + [a.type for a in fn.args[2:]])
-        t(f'%status = call i32 @"{callee}"(ptr %ret, ptr {fn.args[1].ref}, {args})')
+        t("%status = " + _call_glue(builder, glue, "aug", ["ptr %ret", f"ptr {fn.args[1].ref}"]
+                                    + [f"{a.type} {a.ref}" for a in fn.args[2:]]))
         t("%ok = icmp eq i32 %status, 0")
         t("br i1 %ok, label %store, label %failed")
         t.lines += ["failed:", "  ret i32 %status", "store:"]
@@ -750,9 +751,7 @@ class UserRule(custom.FunctionRule):
             args += [f"{a.type} {local('~s.' + a.name) if has and k in (0, 4) else a.ref}"
                      for k, a in enumerate(fields[i])]
             flags.append(t.shadow_flag(has, local("~s." + fields[i][4].name)))
-        typed = ["ptr %ret", "ptr %exc"] + args + flags
-        callee = _callee(builder, glue, "rev", [a.rsplit(" ", 1)[0] for a in typed])
-        t(f'%status = call i32 @"{callee}"({", ".join(typed)})')
+        t("%status = " + _call_glue(builder, glue, "rev", ["ptr %ret", "ptr %exc"] + args + flags))
         t("%e = load ptr, ptr %exc")
         t(f'call void @{RAISE}(ptr %"enzpy.tape", i32 %status, ptr %e)')
         t("call void @NRT_decref(ptr %box)")
@@ -816,9 +815,8 @@ class UserRule(custom.FunctionRule):
                 args += [f"{a.type} {a.ref}" for a in fields[i]]
         ret_type, out_type = _model_type(glue.fwd.restype), _model_type(glue.restype)
         t(f"%ret = alloca {ret_type}")
-        typed = ["ptr %ret", f"ptr {fn.args[1].ref}"] + args + flags
-        callee = _callee(builder, glue, "fwd", [a.rsplit(" ", 1)[0] for a in typed])
-        t(f'%status = call i32 @"{callee}"({", ".join(typed)})')
+        t("%status = " + _call_glue(builder, glue, "fwd",
+                                    ["ptr %ret", f"ptr {fn.args[1].ref}"] + args + flags))
         t("%ok = icmp eq i32 %status, 0")
         t("br i1 %ok, label %store, label %done")
         t.lines.append("store:")
