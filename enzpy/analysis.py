@@ -388,6 +388,7 @@ class ReadOnlyMemory:
         self.written = {name: set() for name in module.functions}
         self.unknown_write = False
         self.fresh_returning = self._fresh_returning()
+        self._fresh_loads = {}        # (function, pointer) -> _made_during_call
         self._propagate_writes()
         self.readonly = {name: {r for r in self._all_roots(fn) if r not in self.written[name]}
                          for name, fn in module.functions.items()}
@@ -505,6 +506,16 @@ class ReadOnlyMemory:
             return True                 # (what the slot holds, stored back)
         return self._fills_freshly(fn, slot, fresh, seen | {(fn.name, frozenset(slot))})
 
+    def _made_during_call(self, fn, name) -> bool:
+        """Whether the pointer ``name`` is a load of memory made during the call
+        (asked once per pointer: the writes are walked until nothing changes)."""
+        key = (fn.name, name)
+        if key not in self._fresh_loads:
+            load = fn.defs[name]
+            self._fresh_loads[key] = load.opcode == "load" and \
+                self._fresh_load(fn, load, self.fresh_returning)
+        return self._fresh_loads[key]
+
     def _propagate_writes(self):
         changed = True
         while changed:
@@ -512,9 +523,8 @@ class ReadOnlyMemory:
             for name, fn in self.module.functions.items():
                 for ptr in self._writes(fn):
                     for root in self._roots(fn, ptr):
-                        if root[0] == "unknown" and fn.defs[root[1]].opcode == "load" and \
-                                self._fresh_load(fn, fn.defs[root[1]], self.fresh_returning):
-                            continue    # (memory made during the call)
+                        if root[0] == "unknown" and self._made_during_call(fn, root[1]):
+                            continue
                         if root[0] == "unknown":
                             self.unknown_write = True
                         elif root not in self.written[name]:
