@@ -99,6 +99,11 @@ rule("numba_ldexp",
                                [e.const(1.0, x.type), n]),
      None)
 
+# Numba's helper behind np.nextafter (and np.spacing, nextafter(x, inf) - x): x moved by
+# one ulp toward y. Exactly it is a staircase of one-ulp steps; the derivative every
+# difference quotient above an ulp sees, and that keeps np.spacing's at 0, is 1 in x.
+rule("numba_nextafter", lambda e, x, y, r: ONE, None)
+
 
 def _first_chosen(e, a, b, r):
     return e.indicator(e.fcmp("oeq", r, a), a.type)

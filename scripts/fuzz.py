@@ -139,6 +139,7 @@ UNARY = [
     "math.log(1.0 + ({}) ** 2)", "math.sqrt(1.0 + ({}) ** 2)",
     "({}) ** 2", "({}) ** 3", "abs({})", "max({}, {c})", "min({}, {c})", "(-({}))",
     "np.cos({})", "np.arctan({})", "math.erf({})", "math.hypot({}, {c})",
+    "np.nextafter({}, {c})",
 ]
 BOUNDED = ["math.sin({})", "math.tanh({})", "math.atan({})", "math.cos({})"]
 COMPARE = ["<", ">", "<=", ">="]

@@ -16,7 +16,7 @@ Per name and mode (reverse, forward, second order) the cell says
   k/n ✓; reason   some fail: the reason of the first failure, shortened
   not covered     no corpus program covers the name (for second order: no hvp=True program)
   no derivative   in NO_DERIVATIVE below (integer, boolean or constant results) and not
-                  covered
+                  covered; also the few names NumPy 2 no longer has
 Names the corpus covers that the page does not list (operators, indexing forms, Python
 containers) get their own section, so every ``covers`` name of the registry appears.
 """
@@ -126,6 +126,7 @@ INTEGER = "no derivative (integer/boolean result)"
 CONSTANT = "no derivative (constant result)"
 RANDOM = "no derivative (random numbers)"
 PIECEWISE = "zero derivative (piecewise constant)"
+ABSENT = "not in NumPy 2 (removed, or never a NumPy function): nothing to compile"
 NO_DERIVATIVE = {
     **dict.fromkeys("""
         np.argsort np.argmax np.argmin np.argpartition np.argwhere np.nonzero np.flatnonzero
@@ -141,13 +142,15 @@ NO_DERIVATIVE = {
         np.uint32 np.uint64 np.uintc np.uintp np.iinfo np.finfo np.MachAr
         ndarray.argmax ndarray.argmin ndarray.argsort ndarray.nonzero ndarray.all ndarray.any
         ndarray.dtype ndarray.flags ndarray.itemsize ndarray.ndim ndarray.shape ndarray.size
-        ndarray.strides ndarray.nbytes ndarray.ctypes ndarray.tobytes
+        ndarray.strides ndarray.nbytes ndarray.ctypes ndarray.tobytes np.isin
+        np.linalg.matrix_rank
         """.split(), INTEGER),
     **dict.fromkeys("""
         np.empty np.empty_like np.zeros np.zeros_like np.ones np.ones_like np.eye
         np.identity np.arange np.tri np.bartlett np.blackman np.hamming np.hanning np.kaiser
         """.split(), CONSTANT),
     **dict.fromkeys("np.floor np.ceil np.trunc np.rint np.sign".split(), PIECEWISE),
+    **dict.fromkeys("np.round_ np.flatten ndarray.itemset".split(), ABSENT),
 }
 
 
@@ -280,6 +283,7 @@ def build_markdown(results, programs):
         "- no derivative / zero derivative: the result is an integer, a boolean, a constant, "
         "random, or piecewise constant; nothing to differentiate (when no corpus program "
         "covers it).",
+        "- not in NumPy 2: a name Numba's page lists that NumPy 2 removed (or never had).",
         "",
         f"Probe run: {len(results['programs'])} programs, enzpy at "
         f"{results.get('enzpy_version', '?')}"

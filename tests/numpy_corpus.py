@@ -3274,6 +3274,119 @@ _add("eig_real_f64", ["np.linalg.eig"], eig_weighted,
      tags=("linalg",))
 
 
+
+# -- names of the page that no program covered before -------------------------------------
+@njit
+def real_imag_conj_methods(x, w):
+    return (w * x.real + x.imag + x.conj() * x.conjugate() + np.conjugate(x)).sum()
+
+
+@njit
+def view_cubes(A):
+    return (A.view(np.float64) ** 3).sum()
+
+
+@njit
+def nanarg_selected(x):
+    return 2.0 * x[np.nanargmax(x)] + x[np.nanargmin(x)] ** 2
+
+
+@njit
+def float_casts(x, a):
+    return np.float64(a) * x.sum() + np.float64(x[0]) ** 2
+
+
+@njit
+def float32_casts(x):
+    return np.float32(x[0]) * np.float32(x[1] * 2.0) + x.sum()
+
+
+@njit
+def floor_divide_divmod(x, y):
+    d, m = np.divmod(x, y)
+    return (np.floor_divide(x, y) * x + m * m + d * y).sum()
+
+
+@njit
+def spacing_plus_square(x):
+    return (np.spacing(x) + x * x).sum()
+
+
+@njit
+def nextafter_times(x):
+    return (np.nextafter(x, np.inf) * x).sum()
+
+
+@njit
+def angle_real_complex(x):
+    return (np.angle(x) + x * x).sum() + np.angle(x[0] + 1j * x[1]) ** 2
+
+
+@njit
+def set_operations(x, y):
+    return ((np.union1d(x, y) ** 2).sum() + (np.intersect1d(x, y) ** 3).sum()
+            + (np.setdiff1d(x, y) * 2.0).sum() + (np.setxor1d(x, y) ** 2).sum())
+
+
+@njit
+def frombuffer_squares(x):
+    return (np.frombuffer(x, np.float64) ** 2).sum()
+
+
+@njit
+def complex128_values(x):
+    z = np.complex128(x[0]) * np.complex128(1.0 + 2.0j) + np.complex128(x[1] + 0.5j)
+    return z.real * z.imag + abs(z)
+
+
+@njit
+def complex64_values(x):
+    z = np.complex64(x[0]) * np.complex64(1.0 + 2.0j)
+    return z.real * z.imag + abs(z) + x.sum()
+
+
+@njit
+def roots_squares(c):
+    r = np.roots(c)
+    return (r.real ** 2).sum() + (r.imag ** 2).sum()
+
+
+def _disjoint_sets():
+    """Two arrays with no value in common (a shared value would make the set operations
+    non-differentiable: perturbing one copy drops it from the intersection)."""
+    return [_rng(1001).permutation(np.arange(8.0)) + 0.3, np.array([20.5, 3.75, 21.25, 0.6])]
+
+
+_add("real_imag_conj_methods_f64",
+     ["ndarray.real", "ndarray.imag", "ndarray.conj", "ndarray.conjugate", "np.conjugate"],
+     real_imag_conj_methods, lambda: [normal(1000, 6), weights(1000, 6)], hvp=True)
+_add("view_float64_2d_f64", ["ndarray.view"], view_cubes, lambda: [normal(1002, (2, 3))],
+     hvp=True)
+_add("nanargmax_nanargmin_f64", ["np.nanargmax", "np.nanargmin"], nanarg_selected,
+     lambda: [distinct(1003, 6)], hvp=True)
+_add("float64_cast_f64", ["np.float64"], float_casts, lambda: [normal(1004, 6), 1.3],
+     wrt=(0, 1), hvp=True)
+_add("float32_cast_f32", ["np.float32"], float32_casts, lambda: [f32(normal(1005, 6))],
+     tags=("float32",))
+_add("floor_divide_divmod_f64", ["np.floor_divide", "np.divmod"], floor_divide_divmod,
+     lambda: [positive(1006, 6, 0.6, 9.7), positive(1007, 6, 0.9, 2.0)], wrt=(0, 1))
+_add("spacing_f64", ["np.spacing"], spacing_plus_square, lambda: [normal(1008, 6)])
+_add("nextafter_f64", ["np.nextafter"], nextafter_times, lambda: [normal(1009, 6)])
+_add("angle_real_complex_f64", ["np.angle"], angle_real_complex, lambda: [away(1010, 6)],
+     hvp=True)
+_add("set_operations_disjoint_f64",
+     ["np.union1d", "np.intersect1d", "np.setdiff1d", "np.setxor1d"], set_operations,
+     _disjoint_sets, wrt=(0, 1))
+_add("frombuffer_f64", ["np.frombuffer"], frombuffer_squares, lambda: [normal(1011, 6)],
+     hvp=True)
+_add("complex128_f64", ["np.complex128"], complex128_values, lambda: [normal(1012, 2)],
+     hvp=True)
+_add("complex64_f32", ["np.complex64"], complex64_values, lambda: [f32(normal(1013, 2))],
+     tags=("float32",))
+_add("roots_cubic_f64", ["np.roots"], roots_squares,
+     lambda: [np.array([1.0, -6.0, 11.0, -6.2])], hvp=True)
+
+
 def _check_registry():
     names = [p.name for p in PROGRAMS]
     dup = {n for n in names if names.count(n) > 1}
