@@ -108,6 +108,7 @@ class ModuleBuilder:
         self.texts = []
         self._pending = []
         self._generating = []       # derivatives being written, outermost first
+        self._caller = {}           # symbol -> the symbol whose derivative first called it
         name_parallel_loops(module)
         self._lines = {}
         self._elements = {}
@@ -165,6 +166,8 @@ class ModuleBuilder:
         reverse accumulates into shadow memory atomically (it runs on several
         threads at once: the body of a parallel loop, and its callees)."""
         key = (self.mode, symbol, tuple(activity), atomic)
+        if self._generating:
+            self._caller.setdefault(symbol, self._generating[-1].fn.name)
         found = self.derivatives.get(key)
         if found is None and self.share and key in SHARED:
             shared, _, owner = SHARED[key]
@@ -218,10 +221,22 @@ class ModuleBuilder:
                 else:
                     SHARED.setdefault(key, (d, self.library, self.owner))
 
-    def describe(self, symbol, ins) -> str:
-        """' in function 'f' (near line N)' for messages about ``ins``."""
+    def _numba_block(self, symbol, ins) -> str:
+        """The Numba block label (``B<n>...``) ``ins`` was lowered from: its block's, or
+        for the blocks Numba adds while lowering a statement (``for.end``: the loops of
+        an array expression), the last Numba block laid out before it."""
         block = self.original_blocks.get(symbol, {}).get(ins.name) or (
             ins.block.name if ins.block else "")
+        if _BLOCK_LABEL.match(block) or ins.block is None:
+            return block
+        fn = self.module.functions.get(symbol)
+        names = [b.name for b in fn.blocks] if fn is not None else []
+        earlier = names[:names.index(ins.block.name)] if ins.block.name in names else []
+        return next((b for b in reversed(earlier) if _BLOCK_LABEL.match(b)), block)
+
+    def describe(self, symbol, ins) -> str:
+        """' in function 'f' (near line N)' for messages about ``ins``."""
+        block = self._numba_block(symbol, ins)
         tangent = _TANGENT_NAME.match(symbol)
         if tangent:                 # a tangent function, differentiated again
             symbol = tangent.group(1)
@@ -239,6 +254,38 @@ class ModuleBuilder:
                 text += f" (near line {line})"
         return text
 
+    def at_user_call(self, symbol, exc: UnsupportedError) -> UnsupportedError:
+        """``exc``, raised in the derivative of ``symbol``, prefixed with the NumPy call
+        in the user's code that led there (``np.nextafter at model.py:12: ...``) when
+        ``symbol`` is Numba's implementation of it (or a helper of that), not the user's."""
+        chain = [symbol]
+        while chain[-1] not in self.lowered or self.lowered[chain[-1]].is_library_code:
+            caller = self._caller.get(chain[-1])
+            if caller is None or caller in chain:
+                return exc
+            chain.append(caller)
+        if len(chain) == 1 or getattr(exc, "located", False):
+            return exc
+        user, callee = self.lowered[chain[-1]], chain[-2]
+        calls = [ins for b in self.module.functions[user.symbol].blocks
+                 for ins in b.instructions if ins.opcode == "call" and ins.callee == callee]
+        if not calls:
+            return exc
+        found = user.calls(self._numba_block(user.symbol, calls[0]))
+        # The NumPy calls of that block named in the implementation's chain (np.split ->
+        # np_split) or in the message (np.nextafter -> numba_nextafter), else its only call.
+        text = " ".join(demangle(s) for s in chain[:-1]) + " " + str(exc)
+        named = [(line, n) for line, n in found if n and _short(n) in text] or (
+            found if len(found) == 1 else [])
+        if not named:
+            return exc
+        names = " or ".join(dict.fromkeys(n for _, n in named if n))
+        where = f"{user.source_file}:{named[0][0]}"
+        located = UnsupportedError(f"{names} at {where}: {exc}" if names else
+                                   f"the call at {where}: {exc}")
+        located.located = True
+        return located
+
     # -- building -------------------------------------------------------------
     def build(self, symbol, activity) -> FunctionDerivative:
         self.user_args[symbol] = set(range(len(activity)))
@@ -250,17 +297,22 @@ class ModuleBuilder:
     def _generate(self, deriv):
         self._generating.append(deriv)
         try:
-            forward = self.mode == "forward"
-            if deriv.fn.blocks:
-                generator = ForwardGenerator if forward else ReverseGenerator
-                self.texts.append(generator(self, deriv, self.describe).generate())
-            else:
-                rule = rule_for(deriv.fn.name, self.module)[0]
-                self.declarations.update(rule.declarations())
-                self.texts.append(rule.forward(deriv, self) if forward else
-                                  rule.reverse(deriv, self))
+            self._write(deriv)
+        except UnsupportedError as exc:
+            raise self.at_user_call(deriv.fn.name, exc) from None
         finally:
             self._generating.pop()
+
+    def _write(self, deriv):
+        forward = self.mode == "forward"
+        if deriv.fn.blocks:
+            generator = ForwardGenerator if forward else ReverseGenerator
+            self.texts.append(generator(self, deriv, self.describe).generate())
+        else:
+            rule = rule_for(deriv.fn.name, self.module)[0]
+            self.declarations.update(rule.declarations())
+            self.texts.append(rule.forward(deriv, self) if forward else
+                              rule.reverse(deriv, self))
 
     def reverse_reads(self, deriv):
         """The parameters ``deriv``'s reverse function reads (None: unknown, take
@@ -292,6 +344,11 @@ class ModuleBuilder:
         for d in self.reused.values():
             decls += d.declarations()
         return "\n".join([primal, *helpers, *decls, *self.texts, entry])
+
+
+def _short(numpy_name) -> str:
+    """What Numba's implementation of a NumPy call is named after (np.linalg.eig -> eig)."""
+    return "dot" if numpy_name == "@" else numpy_name.rpartition(".")[2]
 
 
 # Callees written ahead of their callers (see reverse_reads) nest Python calls.

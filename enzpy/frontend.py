@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
+import os
 import re
+import sys
 import threading
 import time
 from contextlib import contextmanager
 
+import numba
 from llvmlite import binding as llvm
 from numba.core import codegen, compiler, typed_passes, types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
 from numba.core import cgutils
+from numba.core import ir as numba_ir
 
 from .errors import InternalError, UnsupportedError
 
@@ -233,6 +238,38 @@ class Lowered:
         blocks = getattr(self.cres.type_annotation, "blocks", None) or {}
         return {f"B{label}": blk.loc.line for label, blk in blocks.items()}
 
+    @functools.cached_property
+    def is_library_code(self) -> bool:
+        """Code of Numba's (its NumPy implementation) or enzpy's, not the user's."""
+        code = getattr(self.dispatcher.py_func, "__code__", None)
+        return code is None or code.co_filename.startswith(_LIBRARY_DIRS)
+
+    @property
+    def source_file(self) -> str:
+        return os.path.basename(self.dispatcher.py_func.__code__.co_filename)
+
+    def calls(self, block_label: str) -> list:
+        """(line, name) of the calls in Numba block ``B<n>`` (one LLVM block's source):
+        ``name`` spells a NumPy function, ufunc or array method as users write it
+        (``np.linalg.eig``, ``ndarray.max``), else None. Empty when Numba kept no
+        typed IR (a function loaded from Numba's cache)."""
+        annotation = self.cres.type_annotation
+        m = re.match(r"^B(\d+)", block_label or "")
+        block = getattr(annotation, "blocks", {}).get(int(m.group(1))) if m else None
+        if block is None:
+            return []
+        found = []
+        for stmt in block.body:
+            expr = getattr(stmt, "value", None)
+            if isinstance(expr, numba_ir.Expr) and expr.op == "call":
+                found.append((stmt.loc.line, _numpy_name(annotation.typemap.get(expr.func.name))))
+            elif isinstance(expr, numba_ir.Expr) and expr.op in ("binop", "inplace_binop") \
+                    and expr.fn is operator.matmul:
+                found.append((stmt.loc.line, "@"))
+            elif isinstance(expr, numba_ir.Expr) and expr.op == "arrayexpr":
+                found += [(stmt.loc.line, n) for n in _ufuncs_in(expr.expr)]
+        return found
+
     def data_pointer_types(self, ctx) -> dict:
         return data_pointer_types(ctx, self.argtypes, self.restype)
 
@@ -365,6 +402,43 @@ def _hoist_tuple_item_slots(text: str) -> str:
         if header and line.rstrip().endswith("{"):
             header, entry = False, len(out) + 1       # after the entry block's label
     return "\n".join(out[:-1]) + "\n"
+
+
+_LIBRARY_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (numba, sys.modules[
+    __name__.rpartition(".")[0]]))
+
+
+@functools.cache
+def _numpy_names() -> dict:
+    """id(object) -> how users spell it, for NumPy's public functions and ufuncs."""
+    import numpy as np
+    names = {}
+    for prefix, module in (("np.random.", np.random), ("np.linalg.", np.linalg),
+                           ("np.fft.", np.fft), ("np.lib.stride_tricks.", np.lib.stride_tricks),
+                           ("np.", np)):
+        for attr, obj in vars(module).items():
+            if callable(obj) and not attr.startswith("_"):
+                names[id(obj)] = prefix + attr
+    return names
+
+
+def _numpy_name(fnty):
+    """``np.<name>`` or ``ndarray.<method>`` for a callee's Numba type, else None."""
+    if isinstance(fnty, types.BoundFunction) and isinstance(fnty.typing_key, tuple) \
+            and fnty.typing_key[0] is types.Array:
+        return "ndarray." + fnty.typing_key[1]
+    if isinstance(fnty, types.Function):
+        return _numpy_names().get(id(fnty.typing_key))
+    return None
+
+
+def _ufuncs_in(tree) -> list:
+    """The NumPy ufuncs of an array expression's tree ``(op, [operands])``."""
+    if not isinstance(tree, tuple):
+        return []
+    op, operands = tree
+    name = _numpy_names().get(id(op))
+    return ([name] if name else []) + [n for t in operands for n in _ufuncs_in(t)]
 
 
 _INTRINSIC_OR_RUNTIME = re.compile(r"^(llvm\.|NRT_|numba_|Py|_Py)")

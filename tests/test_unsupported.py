@@ -90,7 +90,7 @@ def unsup_frexp(x):
 
 
 @njit
-def unsup_nextafter(x):
+def once_unsup_nextafter(x):
     return np.nextafter(x, 2.0) * x
 
 
@@ -224,8 +224,6 @@ CORPUS = [
      "unsup_gamma_callee", ["numba_gamma"]),
     ("frexp", unsup_frexp, lambda: [Active(0.7)], UnsupportedError, "unsup_frexp",
      ["numba_frexp"]),
-    ("nextafter", unsup_nextafter, lambda: [Active(0.7)], UnsupportedError, "unsup_nextafter",
-     ["numba_nextafter"]),
     ("complex_power", unsup_complex_power, lambda: [Active(0.7)], UnsupportedError,
      "unsup_complex_power", ["numba_cpow"]),
     ("returns_tuple", unsup_returns_tuple, lambda: [Active(1.5)], UnsupportedError,
@@ -402,6 +400,7 @@ NOW_DIFFERENTIATED = [
     ("np_diff", unsup_diff, lambda: [_dup(np.array([3.0, 1.0, 2.5, -0.5]))]),
     ("prange", unsup_prange, lambda: [_dup(np.arange(4.0))]),
     ("reshape", unsup_reshape, lambda: [_dup(np.arange(6.0).reshape(2, 3))]),
+    ("nextafter", once_unsup_nextafter, lambda: [Active(0.7)]),
 ]
 
 
@@ -421,6 +420,43 @@ def test_refused_in_numba_implementation(f, make_args, name, needles):
     assert f"differentiating '{name}'" in msg, msg
     for needle in needles:
         assert needle in msg, msg
+
+
+@njit
+def unsup_complex_matmul(A):
+    Z = A * (1.0 + 1.0j)
+    B = np.sin(A)
+    W = Z @ Z
+    return W.real.sum() + B.sum()
+
+
+@njit
+def unsup_complex_dot(A):
+    Z = A * (1.0 + 1.0j)
+    for _ in range(2):
+        Z = np.dot(Z, Z)
+    return Z.real.sum()
+
+
+def _line_of(f, text):
+    """The source line of ``f`` holding ``text``."""
+    lines, first = __import__("inspect").getsourcelines(f.py_func)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+@pytest.mark.parametrize("f, call, text", [
+    (unsup_complex_matmul, "@", "W = Z @ Z"),
+    (unsup_complex_dot, "np.dot", "np.dot(Z, Z)"),             # in a loop
+    (unsup_random_normal, "np.random.normal", "np.random.normal"),
+], ids=["matmul_operator", "np_dot_in_loop", "random_normal"])
+def test_refusal_in_numba_code_names_the_numpy_call_and_line(f, call, text):
+    """A refusal inside Numba's implementation of a NumPy function names the call as the
+    user wrote it, with the file and line, before the implementation's details."""
+    args = [Active(1.5)] if f is unsup_random_normal else [_dup(_matrix())]
+    with pytest.raises(UnsupportedError) as info:
+        autodiff(Reverse, f, *args)
+    where = f"{call} at test_unsupported.py:{_line_of(f, text)}: "
+    assert where in str(info.value), str(info.value)
 
 
 # -- code Numba cannot compile: Numba's TypingError passes through unchanged ------------
