@@ -19,7 +19,7 @@ from . import rules
 from .errors import UnsupportedError
 from .frontend import data_pointer_types, demangle, signature_of
 from .ir import local, tangent_name
-from .analysis import ReadOnlyMemory, split_loop_exits, untie_carried_selects
+from .analysis import RESIZERS, ReadOnlyMemory, split_loop_exits, untie_carried_selects
 from .custom import rule_for
 from .parallel import DISCARD, name_parallel_loops
 from .blas import BLAS_RUNTIME
@@ -356,8 +356,8 @@ _MAX_NESTED_WRITES = 40
 
 # What enzpy's runtime helpers do, for messages about code that reaches them.
 _RUNTIME_PURPOSE = {
-    RESIZE_SHADOW_FUNCTION: "the first-order derivative's resizing of a list's shadow (the "
-                            "list grows: append, np.split)",
+    **{f"{RESIZE_SHADOW_FUNCTION}.{resizer}": "the first-order derivative's resizing of a "
+       "list's shadow (the list grows: append, np.split)" for resizer in RESIZERS},
     FREE_SHADOW_FUNCTION: "the first-order derivative's freeing of a list's shadow"}
 
 # The helpers derivative code calls, by name.

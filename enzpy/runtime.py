@@ -32,17 +32,20 @@ def counted_loop(label: str, count: str, body: str, exit: str, index: str = "i",
             f"  br label %{label}\n")
 
 
-# Offsets of ``data`` and ``size`` in Numba's NRT_MemInfo {refct, dtor, dtor_info, data, size, ...}.
-_MEMINFO_DATA_OFFSET = 24
+# Offset of ``size`` in Numba's NRT_MemInfo {refct, dtor, dtor_info, data, size, ...}.
 _MEMINFO_SIZE_OFFSET = 32
 
 RESIZE_SHADOW_FUNCTION = "enzpy.varsize.resize"
-# Both modes resize a shadow list's data with the primal's (see analysis.RESIZERS).
-RESIZE_SHADOW = f"""
-; The shadow of a variable-size allocation resized by ``resize`` (Numba's
-; varsize realloc, or alloc when ``keeps`` is false): the bytes it keeps stay,
-; the new ones are zero. Nothing when the shadow is null.
-define internal ptr @{RESIZE_SHADOW_FUNCTION}(ptr %mi, i64 %size, ptr %resize, i1 %keeps) {{
+
+
+def _resize_shadow(resizer: str) -> str:
+    """The shadow of a variable-size allocation resized by ``resizer`` (Numba's varsize
+    realloc, which keeps the bytes, or alloc, which does not): the kept bytes stay, the
+    new ones are zero. Nothing when the shadow is null. Calls ``resizer`` directly, so
+    that second order differentiates this function like the list code it mirrors."""
+    keeps = "true" if resizer.endswith("realloc") else "false"
+    return f"""
+define internal ptr @"{RESIZE_SHADOW_FUNCTION}.{resizer}"(ptr %mi, i64 %size) {{
 entry:
   %null = icmp eq ptr %mi, null
   br i1 %null, label %none, label %go
@@ -51,14 +54,15 @@ none:
 go:
   %sizep = getelementptr inbounds i8, ptr %mi, i64 {_MEMINFO_SIZE_OFFSET}
   %old = load i64, ptr %sizep
-  %kept = select i1 %keeps, i64 %old, i64 0
-  %result = call ptr %resize(ptr %mi, i64 %size)
+  %kept = select i1 {keeps}, i64 %old, i64 0
+  %result = call ptr @{resizer}(ptr %mi, i64 %size)
   %ok = icmp ne ptr %result, null
   ; Numba declares the resizers ``noalias``: had the zeroing gone through their
   ; result, LLVM would see stores to a fresh block nobody reads and delete them.
-  ; The block is read back through the MemInfo, so it is written through it.
-  %datap = getelementptr inbounds i8, ptr %mi, i64 {_MEMINFO_DATA_OFFSET}
-  %data = load ptr, ptr %datap
+  ; The block is read back through the MemInfo, so it is written through it. (Asked
+  ; of the runtime, not loaded: differentiated again, the reverse sweep asks again
+  ; and gets the block the list has then, not one a later growth freed.)
+  %data = call ptr @NRT_MemInfo_data_fast(ptr %mi)
   %grew = icmp ugt i64 %size, %kept
   %zero = and i1 %grew, %ok
   br i1 %zero, label %fill, label %done
@@ -76,14 +80,22 @@ done:
 
 VARSIZE_FREE = "NRT_MemInfo_varsize_free"
 FREE_SHADOW_FUNCTION = "enzpy.varsize.free"
-# Both modes free a shadow list's data with the primal's (see memory.varsize_free_type).
+# Both modes resize (see analysis.RESIZERS) and free a shadow list's data with the
+# primal's (see memory.varsize_free_type).
+RESIZE_SHADOW = _resize_shadow("NRT_MemInfo_varsize_realloc") + \
+    _resize_shadow("NRT_MemInfo_varsize_alloc")
 FREE_SHADOW = f"""
-define internal void @{FREE_SHADOW_FUNCTION}(ptr %mi, ptr %data, ptr %free) {{
+declare noalias ptr @NRT_MemInfo_varsize_realloc(ptr, i64)
+declare noalias ptr @NRT_MemInfo_varsize_alloc(ptr, i64)
+declare void @{VARSIZE_FREE}(ptr, ptr)
+declare ptr @NRT_MemInfo_data_fast(ptr)
+
+define internal void @{FREE_SHADOW_FUNCTION}(ptr %mi, ptr %data) {{
 entry:
   %null = icmp eq ptr %mi, null
   br i1 %null, label %done, label %go
 go:
-  call void %free(ptr %mi, ptr %data)
+  call void @{VARSIZE_FREE}(ptr %mi, ptr %data)
   br label %done
 done:
   ret void
@@ -93,17 +105,12 @@ done:
 
 def free_shadow(e, ins, shadow_meminfo, shadow_data):
     """Emit the shadow's free beside ``ins``, a call to ``VARSIZE_FREE``."""
-    e.call(FREE_SHADOW_FUNCTION, "void",
-           [shadow_meminfo, shadow_data, Value(f'@"{ins.callee}"', "ptr", "global")])
+    e.call(FREE_SHADOW_FUNCTION, "void", [shadow_meminfo, shadow_data])
 
 
 def resize_shadow(e, ins, shadow_meminfo):
     """Emit the shadow's resize beside ``ins``, a call to one of ``RESIZERS``."""
-    keeps = "true" if ins.callee.endswith("realloc") else "false"
-    return e.call(RESIZE_SHADOW_FUNCTION, "ptr",
-                  [shadow_meminfo, ins.args[1], Value(f'@"{ins.callee}"', "ptr", "global"),
-                   Value(keeps, "i1", "const")])
-
+    return e.call(f"{RESIZE_SHADOW_FUNCTION}.{ins.callee}", "ptr", [shadow_meminfo, ins.args[1]])
 
 
 def _memcpy_adjoint(ty: str) -> str:

@@ -14,7 +14,7 @@ from numba import njit, types
 from numba.core.runtime import _nrt_python, rtsys
 from numba.experimental import jitclass
 
-from enzpy import (Active, Const, Duplicated, Forward, Reverse, autodiff,
+from enzpy import (Active, Const, Duplicated, Forward, Reverse, autodiff, hvp,
                    zeros_like)
 
 X = np.linspace(0.5, 1.5, 5)
@@ -202,6 +202,25 @@ PROGRAMS = [list_literal, list_append_iterate, list_of_views_indexed, list_of_fl
 @pytest.mark.parametrize("f", PROGRAMS, ids=lambda f: f.__name__)
 def test_container_gradients(f):
     check_both_modes(f)
+
+
+def _gradient(f, x):
+    dx = np.zeros_like(x)
+    autodiff(Reverse, f, Duplicated(x.copy(), dx))
+    return dx
+
+
+# Lists that grow (append past the first capacity, pop, nested appends): second order
+# differentiates the first-order derivative's resizing and freeing of their shadows.
+@pytest.mark.parametrize("f", [list_append_iterate, list_of_floats_grown, list_pop,
+                               list_of_fresh_arrays, nested_lists], ids=lambda f: f.__name__)
+def test_hvp_through_growing_lists(f):
+    v = np.random.default_rng(1).standard_normal(X.size)
+    eps = 1e-6
+    expected = (_gradient(f, X + eps * v) - _gradient(f, X - eps * v)) / (2 * eps)
+    x = X.copy()
+    np.testing.assert_allclose(hvp(f, x, v), expected, rtol=1e-5, atol=1e-7)
+    assert np.array_equal(x, X)
 
 
 @njit

@@ -110,8 +110,6 @@ def cases():
 REFUSED = {
     ("dict_of_arrays_1d_f64", "reverse"): "numba.typed.Dict",
     ("dict_of_arrays_1d_f64", "forward"): "numba.typed.Dict",
-    # second order over a list that grows (np.split builds a list of views)
-    ("split_halves_f64", "hvp"): "resizing of a list's shadow",
 }
 
 
