@@ -37,10 +37,21 @@ RECOMPUTABLE = {
     "fadd", "fsub", "fmul", "fneg", "add", "sub", "mul", "shl", "lshr", "ashr", "and", "or", "xor", "udiv", "sdiv",
     "urem", "srem", "trunc", "zext", "sext", "sitofp", "uitofp", "fptosi", "fptoui",
     "fpext", "fptrunc", "icmp", "fcmp", "select", "getelementptr", "extractvalue",
-    "insertvalue", "bitcast", "ptrtoint", "inttoptr", "freeze",
+    "insertvalue", "bitcast", "ptrtoint", "inttoptr", "freeze", "fdiv",
 }
+# Pure intrinsics about as cheap as a division (a handful of cycles, no libm call): the
+# minimum cut may recompute them rather than record 8 bytes per value on the tape.
+RECOMPUTABLE_CALLS = re.compile(
+    r"^llvm\.(sqrt|fabs|copysign|minnum|maxnum|minimum|maximum|floor|ceil|trunc|rint|"
+    r"nearbyint|round|roundeven|fma|fmuladd)\.")
 _ALIGN = {"double": 8, "float": 4, "half": 2}
 _RECOMPUTE_DEPTH = 6         # instructions of a primal function whose derivative may be inlined
+
+
+def _recomputable(ins) -> bool:
+    """A pure instruction the reverse sweep may execute again from its operands."""
+    return ins.opcode in RECOMPUTABLE or (ins.opcode == "call" and bool(
+        RECOMPUTABLE_CALLS.match(ins.callee or "")))
 
 
 class Lazy(Value):
@@ -188,7 +199,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         if iv is not None and block in self.loops[iv[0]].body:
             return self._induction_free(iv[1], block, depth + 1) and \
                 self._induction_free(iv[2], block, depth + 1)
-        return (ins.opcode in RECOMPUTABLE or self._rereadable(ins)) and all(
+        return (_recomputable(ins) or self._rereadable(ins)) and all(
             self._induction_free(o, block, depth + 1) for o in ins.operands)
 
     def _rereadable(self, ins) -> bool:
@@ -198,7 +209,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
 
     # -- where the reverse gets primal values --------------------------------
     def _storage(self, key, ins) -> str:
-        if key[0] == "p" and (ins.opcode in RECOMPUTABLE or self._rereadable(ins)):
+        if key[0] == "p" and (_recomputable(ins) or self._rereadable(ins)):
             return "recompute"
         if key[0] == "s" and (ins.opcode in ("getelementptr", "bitcast", "select", "freeze",
                                              "alloca",
