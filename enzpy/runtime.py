@@ -4,8 +4,6 @@ A null shadow pointer means the memory carries no derivative: the helpers then
 do nothing to it.
 """
 
-from .ir import Value
-
 FLOAT_BYTES = {"double": 8, "float": 4}
 
 
