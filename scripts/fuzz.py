@@ -5,6 +5,7 @@ central finite differences.
     python scripts/fuzz.py --seed 0 --only 17          # re-run (and print) program 17
     python scripts/fuzz.py --programs 50 --show        # print every program
     python scripts/fuzz.py --programs 500 --numpy-only # programs with NumPy statements
+    python scripts/fuzz.py --programs 200 --hvp        # second order too (enzpy.hvp)
 
 Each program is Python source: a main function ``f`` over Active float scalars,
 optionally a Duplicated float array ``a`` (read, sometimes updated in place), a
@@ -1344,10 +1345,11 @@ def _gradient_mismatch(check, atol, rtol):
     return None
 
 
-def run_program(prog, rtol=1e-4, verbose=False):
+def run_program(prog, rtol=1e-4, verbose=False, hvp=False):
     """Check one program. Returns a dict: ``status`` (``passed``, ``rejected``,
     ``failed`` or ``invalid`` when Numba cannot compile it: a generator bug),
-    ``detail`` (text) and per-point information."""
+    ``detail`` (text) and per-point information. ``hvp``: check second order too
+    (``_check_hvp``)."""
     import numba
     import enzpy
 
@@ -1415,6 +1417,8 @@ def run_program(prog, rtol=1e-4, verbose=False):
                 problem = _check_forward(enzpy, f, prog, point, check)
             if problem is None and prog.layout_check:
                 problem = _check_layout(enzpy, f, prog, point, check)
+            if problem is None and hvp:
+                problem = _check_hvp(enzpy, f, prog, point, atol, rtol)
             if problem is not None:
                 statuses.append("failed")
                 details.append(f"{where}\n{problem}")
@@ -1434,6 +1438,46 @@ def run_program(prog, rtol=1e-4, verbose=False):
     else:
         status = "rejected"
     return {"status": status, "detail": "\n".join(details)}
+
+
+def _check_hvp(enzpy, f, prog, point, atol, rtol):
+    """Second order: ``enzpy.hvp`` with respect to the first parameter along a random
+    direction against central differences of enzpy's reverse-mode gradient (checked
+    against finite differences just before), the other parameters constant. Nothing
+    to check when the first parameter is not differentiated, ``f`` returns None, or
+    enzpy refuses the constants (a differentiated value written into an array that is
+    now constant); when the differences do not converge, no verdict either."""
+    name, kind = prog.params[0]
+    if kind not in ("active", "dup") or f(*prog.values(point)) is None:
+        return None
+    x = point[name]
+    rest = [point[n] for n, _ in prog.params[1:]]
+    rng = np.random.default_rng(len(prog.source) + 1)
+    v = rng.standard_normal(x.shape) if kind == "dup" else float(rng.standard_normal())
+
+    def gradient(at):
+        consts = [enzpy.Const(_copy(c)) for c in rest]
+        if kind == "active":
+            return enzpy.autodiff(enzpy.Reverse, f, enzpy.Active(at), *consts)[0][0]
+        g = np.zeros_like(at)
+        enzpy.autodiff(enzpy.Reverse, f, enzpy.Duplicated(at.copy(), g), *consts)
+        return g
+
+    try:
+        got = enzpy.hvp(f, _copy(x), v, *[_copy(c) for c in rest])
+    except enzpy.UnsupportedError:
+        return None
+    estimates = []
+    for step in (1e-6, 1e-7, 1e-5):
+        fd = (np.asarray(gradient(x + step * v)) - np.asarray(gradient(x - step * v))) / (
+            2 * step)
+        if _close(got, fd, rtol, atol):
+            return None
+        estimates.append(fd)
+    if not _close(estimates[0], estimates[1], 1e-3, atol):
+        return None          # the differences of gradients do not converge
+    return (f"WRONG HVP with respect to {name} along {v!r}: enzpy {got!r}, differences of "
+            f"gradients {estimates[0]!r} (step 1e-6), {estimates[1]!r} (1e-7)")
 
 
 def _check_primal(enzpy, f, prog, point):
@@ -1521,7 +1565,8 @@ def _worker_main():
         except EOFError:
             return
         try:
-            result = run_program(job["program"], rtol=job["rtol"], verbose=job["verbose"])
+            result = run_program(job["program"], rtol=job["rtol"], verbose=job["verbose"],
+                                 hvp=job["hvp"])
         except Exception as exc:     # noqa: BLE001
             result = {"status": "failed",
                       "detail": "fuzzer error: " + "".join(traceback.format_exception(exc))}
@@ -1546,11 +1591,11 @@ class _Worker:
                 self.results.put(None)
                 return
 
-    def run(self, program, rtol, verbose, timeout):
+    def run(self, program, rtol, verbose, timeout, hvp=False):
         self.err.seek(0)
         self.err.truncate()
-        pickle.dump({"program": program.to_dict(), "rtol": rtol, "verbose": verbose},
-                    self.proc.stdin)
+        pickle.dump({"program": program.to_dict(), "rtol": rtol, "verbose": verbose,
+                     "hvp": hvp}, self.proc.stdin)
         self.proc.stdin.flush()
         try:
             result = self.results.get(timeout=timeout)
@@ -1604,6 +1649,9 @@ def main(argv=None):
     parser.add_argument("--numpy-only", action="store_true",
                         help="skip the programs without a NumPy statement (their indices "
                              "still count)")
+    parser.add_argument("--hvp", action="store_true",
+                        help="check second order too: enzpy.hvp with respect to the first "
+                             "parameter against differences of gradients")
     parser.add_argument("--show", action="store_true", help="print every program")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1640,14 +1688,14 @@ def main(argv=None):
                 print(f"--- program {index} (seed {args.seed})\n{prog.source}")
             if worker is None:
                 try:
-                    result = run_program(prog, rtol=args.rtol, verbose=verbose)
+                    result = run_program(prog, rtol=args.rtol, verbose=verbose, hvp=args.hvp)
                 except Exception as exc:     # noqa: BLE001
                     result = {"status": "failed", "detail": "fuzzer error: " +
                               "".join(traceback.format_exception(exc))}
             else:
                 if not worker.alive():
                     worker = _Worker()
-                result = worker.run(prog, args.rtol, verbose, args.timeout)
+                result = worker.run(prog, args.rtol, verbose, args.timeout, args.hvp)
             counts["tried"] += 1
             counts[result["status"]] += 1
             if verbose and result["detail"]:

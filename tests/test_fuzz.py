@@ -6,7 +6,8 @@ About 50 programs, in four seeded chunks of 12 (of 25, 100 programs, with
 ``ENZPY_SLOW=1``), with every generator feature but the NumPy ones (the same
 programs as before the fuzzer drew NumPy calls), and a chunk of 3 (5) programs
 with NumPy statements (reductions, logsumexp,
-reshaping, cumsum/diff, where/clip/maximum, matrix products, array helpers).
+reshaping, cumsum/diff, where/clip/maximum, matrix products, array helpers), and 6 (12)
+programs checked in second order too (``hvp``).
 ``linalg`` (solve/inv/det/cholesky) is left to the standalone fuzzer: the first
 build of each of those rules costs 10-45 s, more than this whole file may take.
 Every failure fails the test. Minimal cases of the bugs the fuzzer found are at
@@ -48,13 +49,14 @@ SLOW = bool(os.environ.get("ENZPY_SLOW"))
 PER_CHUNK = int(os.environ.get("ENZPY_FUZZ_PROGRAMS", "25" if SLOW else "12"))
 CHUNKS = 4
 NUMPY_PROGRAMS = int(os.environ.get("ENZPY_FUZZ_NUMPY_PROGRAMS", "5" if SLOW else "3"))
+HVP_PROGRAMS = 12 if SLOW else 6
 MAX_STATEMENTS = 5
 POINTS = 1
 FEATURES = [f for f in fuzz.FEATURES if f not in ("numpy", "linalg")]
 NUMPY_FEATURES = [f for f in fuzz.FEATURES if f != "linalg"]
 
 
-def _run(seed, indices, features):
+def _run(seed, indices, features, hvp=False):
     """(counts, failures)."""
     counts = {"passed": 0, "rejected": 0, "failed": 0, "invalid": 0}
     failures = []
@@ -63,12 +65,13 @@ def _run(seed, indices, features):
         prog = fuzz.generate_program(fuzz.program_rng(seed, index), features, MAX_STATEMENTS,
                                      POINTS)
         prog.tag = f"fuzz-{seed}-{index}"
-        result = fuzz.run_program(prog)
+        result = fuzz.run_program(prog, hvp=hvp)
         counts[result["status"]] += 1
         if result["status"] in ("failed", "invalid"):
             text = (f"--- program {index} (seed {seed}): {result['status']}; re-run with "
                     f"python scripts/fuzz.py --seed {seed} --only {index} --max-statements "
-                    f"{MAX_STATEMENTS} --points {POINTS} --exclude {exclude}\n"
+                    f"{MAX_STATEMENTS} --points {POINTS} --exclude {exclude}"
+                    f"{' --hvp' if hvp else ''}\n"
                     f"{prog.source}\n{result['detail']}")
             failures.append(text)
     return counts, failures
@@ -82,6 +85,16 @@ def test_fuzz_programs(chunk):
                           + "\n\n".join(failures))
     # most points are usable: rejection must not hide everything
     assert counts["passed"] >= PER_CHUNK // 2, counts
+
+
+def test_fuzz_second_order():
+    """hvp of generated programs (lists that grow, jitclasses, recursion, loops) against
+    differences of reverse-mode gradients."""
+    indices = range(CHUNKS * PER_CHUNK, CHUNKS * PER_CHUNK + HVP_PROGRAMS)
+    counts, failures = _run(SEED, indices, FEATURES, hvp=True)
+    assert not failures, (f"{len(failures)} of {HVP_PROGRAMS} programs failed ({counts}):\n\n"
+                          + "\n\n".join(failures))
+    assert counts["passed"] >= HVP_PROGRAMS // 2, counts
 
 
 def _numpy_indices(seed, count, features=NUMPY_FEATURES):
