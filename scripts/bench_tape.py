@@ -193,6 +193,12 @@ The reverse sweep needs primal values; each is recorded by the forward sweep or 
 from its operands. *greedy* (`ENZPY_REMAT=greedy`) recomputes whatever can be recomputed;
 *min-cut* (the default, `enzpy/remat.py`) records the cheapest set of values from which every
 needed one is recomputed, per block, a record inside a loop weighing 8 times one outside.
+What can be recomputed: integer and pointer arithmetic, `fadd fsub fmul fdiv fneg`, casts,
+comparisons, selects, loads of memory nothing writes during the call, and the intrinsics
+about as cheap as a division (`sqrt fabs copysign minnum maxnum floor ceil trunc rint round
+fma fmuladd`); calls to libm (`exp`, `log`, `sin`...) are recorded. (Division and those
+intrinsics became recomputable on 2026-12-02; before, with the same cut: scan 128144 bytes,
+MLP 60056, softmax 64024, ODE 652112, GP 120488.)
 
 """
 
