@@ -270,7 +270,7 @@ def _add_fast_path(f, mode, entry, args):
     if paths is not None and (len(paths) >= fastpath.KEPT_PER_FUNCTION
                               or entry in (p.entry for p in paths)):
         return          # (a call style that keeps missing stays on the general path)
-    fast = fastpath.generate(entry, mode, args, _ANNOTATIONS, _TYPE_FLAGS, STATS,
+    fast = fastpath.generate(entry, mode, args, _ANNOTATIONS, STATS,
                              _float_tangents)
     if fast is not None:
         fast.entry = entry

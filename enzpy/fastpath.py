@@ -5,10 +5,14 @@ per built derivative and call style, checking the arguments' kinds inline.
 Numba types, then checks the shadows, aliasing and the layout of each shadow.
 For plain arguments (float scalars and arrays, annotated or not) all of that
 becomes a handful of ``is`` and ``==`` tests written out per argument, so a
-repeated call costs little more than Numba's own dispatch. Anything the
-guards do not recognise (another type, a shadow that does not fit, shared
-memory, a shadow laid out unlike its array) returns ``MISS`` and takes the
-general path, which raises the right error or handles the case.
+repeated call costs little more than Numba's own dispatch. The types of arrays
+and shadows (dtype, dimensions, layout, a read-only shadow) are left to that
+dispatch: the compiled entry has exactly one signature and compiles no other,
+so an array of another type raises Numba's "No matching definition" before any
+code runs. Anything the guards do not recognise (another type, a shadow that
+does not fit, shared memory, a shadow laid out unlike its array) returns
+``MISS`` and takes the general path, which raises the right error or handles
+the case.
 """
 from __future__ import annotations
 
@@ -25,15 +29,21 @@ def _dead():
     return None
 
 
+def _unmatched(error: TypeError) -> bool:
+    """Numba's dispatch found no signature for the arguments (nothing ran)."""
+    return str(error).startswith("No matching definition for argument type(s)")
+
+
 _SCALAR_TYPES = (float, int, bool, np.float64, np.float32, np.int64, np.int32, np.bool_)
 
 
-def generate(entry, mode, args, annotations, type_flags, stats, float_tangents):
+def generate(entry, mode, args, annotations, stats, float_tangents):
     """A function ``fast(args)`` returning ``autodiff``'s result for calls
     shaped like ``args`` (a tuple), or ``MISS``; None when ``args`` holds a kind
     the guards do not cover (containers, objects, tuples of floats)."""
     active, const, duplicated = annotations
     names = {"MISS": MISS, "ndarray": np.ndarray, "share": np.may_share_memory,
+             "unmatched": _unmatched,
              "ref": weakref.ref,
              "call": entry.call, "report": entry.report, "stats": stats,
              "float_tangents": float_tangents,
@@ -51,10 +61,8 @@ def generate(entry, mode, args, annotations, type_flags, stats, float_tangents):
             lines.append(f"    if type({v}) is not {bind(type(x), 't')}: return MISS")
             return True
         if type(x) is np.ndarray and x.dtype.fields is None:
-            lines.append(f"    if type({v}) is not ndarray or {v}.dtype is not "
-                         f"{bind(x.dtype, 'dt')} or {v}.ndim != {x.ndim} or "
-                         f"{v}.flags.num & {type_flags} != {x.flags.num & type_flags}: "
-                         f"return MISS")
+            # (its dtype, dimensions and layout: the entry's dispatch)
+            lines.append(f"    if type({v}) is not ndarray: return MISS")
             return True
         return False
 
@@ -75,9 +83,9 @@ def generate(entry, mode, args, annotations, type_flags, stats, float_tangents):
             d, dx = f"d{i}", a.dval
             lines.append(f"    {d} = a{i}.dval")
             if type(x) is np.ndarray:
+                # (its dtype and that it is writeable: the entry's dispatch)
                 lines.append(f"    if type({d}) is not ndarray or {d}.shape != {v}.shape or "
-                             f"{d}.dtype is not {v}.dtype or {d}.strides != {v}.strides or "
-                             f"not {d}.flags.writeable: return MISS")
+                             f"{d}.strides != {v}.strides: return MISS")
                 # An array's memory stays where it is while the array lives: a pair
                 # found apart need not be compared again (weak references: the
                 # arrays are not kept alive).
@@ -96,7 +104,11 @@ def generate(entry, mode, args, annotations, type_flags, stats, float_tangents):
         return None
     for written, reread in entry.alias_checks:
         lines.append(f"    if share(v{written}, v{reread}): return MISS")
-    lines.append(f"    out = call({', '.join(values + shadows)})")
+    lines += ["    try:",
+              f"        out = call({', '.join(values + shadows)})",
+              "    except TypeError as error:",
+              "        if unmatched(error): return MISS",
+              "        raise"]
     lines.append("    stats.hits += 1")
     if mode.reverse:
         if list(entry.adjoint_counts) != [1] * len(entry.active_positions):

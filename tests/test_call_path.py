@@ -109,3 +109,29 @@ def test_changed_rules_drop_the_generated_paths():
         np.testing.assert_allclose(dx, 4.0 * X)
     finally:
         enzpy.clear_rules(unrelated)
+
+
+@njit
+def counts_then_may_raise(x, counter):
+    counter[0] += 1.0
+    if x[0] < 0.0:
+        raise TypeError("x[0] must not be negative")
+    return x[0] * x[1]
+
+
+def test_types_left_to_numba_dispatch_and_errors_raised_once():
+    """The generated path leaves array types to the entry's dispatch: another layout or
+    dtype takes the general path (which builds for it); a TypeError raised by the
+    function itself passes through after one run, not two."""
+    counter = np.zeros(1)
+    for _ in range(2):
+        autodiff(Reverse, counts_then_may_raise, Duplicated(X.copy(), np.zeros(3)),
+                 Const(counter))
+    fortran = np.asfortranarray(np.arange(1.0, 7.0).reshape(2, 3))[0]      # strided row
+    dx = np.zeros(3)
+    autodiff(Reverse, counts_then_may_raise, Duplicated(fortran, dx), Const(counter))
+    np.testing.assert_allclose(dx, [fortran[1], fortran[0], 0.0])
+    counter[0] = 0.0
+    with pytest.raises(TypeError, match="must not be negative"):
+        autodiff(Reverse, counts_then_may_raise, Duplicated(-X, np.zeros(3)), Const(counter))
+    assert counter[0] == 1.0
