@@ -267,7 +267,8 @@ class ModuleBuilder:
         if len(chain) == 1 or getattr(exc, "located", False):
             return exc
         user, callee = self.lowered[chain[-1]], chain[-2]
-        calls = [ins for b in self.module.functions[user.symbol].blocks
+        fn = self.module.functions.get(user.symbol)
+        calls = [ins for b in (fn.blocks if fn is not None else ())
                  for ins in b.instructions if ins.opcode == "call" and ins.callee == callee]
         if not calls:
             return exc
