@@ -945,8 +945,10 @@ def run_worker(argv, budget, label, logdir):
            result_path]
     t_start = time.perf_counter()
     with open(err_path, "w") as err:
+        # (enzpy's disk cache off: the build time is what is measured, not a load
+        # of what an earlier run saved)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
-                                start_new_session=True)
+                                start_new_session=True, env={**os.environ, "ENZPY_CACHE": "0"})
         lines = queue.Queue()
 
         def pump():
