@@ -135,7 +135,7 @@ class AugmentedForward:
         if callee == "NRT_incref" and self.act.is_shadowed(ins.args[0]):
             e.emit(f'call void @"NRT_incref"(ptr {self.forward_shadow(ins.args[0]).ref})')
         elif callee == VARSIZE_FREE and self.act.is_shadowed(ins.args[0]):
-            free_shadow(e, ins, self.forward_shadow(ins.args[0]),
+            free_shadow(e, self.forward_shadow(ins.args[0]),
                         self.forward_shadow(ins.args[1]))
         elif callee.startswith(("llvm.memset", "llvm.memcpy", "llvm.memmove")):
             dst = ins.args[0]

@@ -208,7 +208,7 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
                 e.call(callee, "void", [self.derivative(ins.args[0])])
         elif callee == VARSIZE_FREE:
             if self.act.is_shadowed(ins.args[0]):
-                free_shadow(e, ins, self.derivative(ins.args[0]), self.derivative(ins.args[1]))
+                free_shadow(e, self.derivative(ins.args[0]), self.derivative(ins.args[1]))
         elif callee.startswith("llvm.memset"):
             dst = ins.args[0]
             if self.act.is_shadowed(dst):

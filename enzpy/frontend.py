@@ -18,7 +18,6 @@ import itertools
 import operator
 import os
 import re
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -404,8 +403,9 @@ def _hoist_tuple_item_slots(text: str) -> str:
     return "\n".join(out[:-1]) + "\n"
 
 
-_LIBRARY_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (numba, sys.modules[
-    __name__.rpartition(".")[0]]))
+# Numba's package and enzpy's own
+_LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep
+                      for path in (numba.__file__, __file__))
 
 
 @functools.cache

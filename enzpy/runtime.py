@@ -4,6 +4,8 @@ A null shadow pointer means the memory carries no derivative: the helpers then
 do nothing to it.
 """
 
+from .analysis import RESIZERS
+
 FLOAT_BYTES = {"double": 8, "float": 4}
 
 
@@ -43,6 +45,8 @@ def _resize_shadow(resizer: str) -> str:
     that second order differentiates this function like the list code it mirrors."""
     keeps = "true" if resizer.endswith("realloc") else "false"
     return f"""
+declare noalias ptr @{resizer}(ptr, i64)
+
 define internal ptr @"{RESIZE_SHADOW_FUNCTION}.{resizer}"(ptr %mi, i64 %size) {{
 entry:
   %null = icmp eq ptr %mi, null
@@ -80,13 +84,10 @@ VARSIZE_FREE = "NRT_MemInfo_varsize_free"
 FREE_SHADOW_FUNCTION = "enzpy.varsize.free"
 # Both modes resize (see analysis.RESIZERS) and free a shadow list's data with the
 # primal's (see memory.varsize_free_type).
-RESIZE_SHADOW = _resize_shadow("NRT_MemInfo_varsize_realloc") + \
-    _resize_shadow("NRT_MemInfo_varsize_alloc")
+RESIZE_SHADOW = "\ndeclare ptr @NRT_MemInfo_data_fast(ptr)\n" + \
+    "".join(_resize_shadow(resizer) for resizer in RESIZERS)
 FREE_SHADOW = f"""
-declare noalias ptr @NRT_MemInfo_varsize_realloc(ptr, i64)
-declare noalias ptr @NRT_MemInfo_varsize_alloc(ptr, i64)
 declare void @{VARSIZE_FREE}(ptr, ptr)
-declare ptr @NRT_MemInfo_data_fast(ptr)
 
 define internal void @{FREE_SHADOW_FUNCTION}(ptr %mi, ptr %data) {{
 entry:
@@ -101,8 +102,8 @@ done:
 """
 
 
-def free_shadow(e, ins, shadow_meminfo, shadow_data):
-    """Emit the shadow's free beside ``ins``, a call to ``VARSIZE_FREE``."""
+def free_shadow(e, shadow_meminfo, shadow_data):
+    """Emit the shadow's free beside a call to ``VARSIZE_FREE``."""
     e.call(FREE_SHADOW_FUNCTION, "void", [shadow_meminfo, shadow_data])
 
 
