@@ -34,6 +34,10 @@ DERIVED_POINTERS = ("NRT_MemInfo_data_fast", "NRT_MemInfo_data")
 # is resized alike. (Never recomputed: the reverse sweep finds the data again
 # through the meminfo.)
 RESIZERS = ("NRT_MemInfo_varsize_realloc", "NRT_MemInfo_varsize_alloc")
+# Runtime calls storing a pointer argument into the memory another one points
+# to, whatever that memory's type says (a dictionary's iterator, a byte array,
+# holds its dictionary): callee -> (index of the memory, index of the pointer).
+POINTER_STORING_CALLS = {"numba_dict_iter": (0, 1)}
 
 
 @dataclass
@@ -212,7 +216,8 @@ class Activity:
         op = ins.opcode
         if op == "alloca":
             return contains_float(ins.source_type) or (
-                contains_pointer(ins.source_type) and not self._exception_slot(ins))
+                contains_pointer(ins.source_type) and not self._exception_slot(ins)) or \
+                self._holds_shadowed_pointer(ins)
         if op in POINTER_PROPAGATING or op == "insertvalue":
             ops = [v for v, _ in ins.incoming] if op == "phi" else ins.operands
             return any(self._shadowed_operand(o) for o in ops)
@@ -223,6 +228,14 @@ class Activity:
                 return True
             if ins.callee in DERIVED_POINTERS or ins.callee in RESIZERS:
                 return self._shadowed_operand(ins.operands[0])
+        return False
+
+    def _holds_shadowed_pointer(self, alloca) -> bool:
+        for user in self.fn.users.get(alloca.name, ()):
+            memory, pointer = POINTER_STORING_CALLS.get(user.callee, (None, None))
+            if memory is not None and user.args[memory].name == alloca.name and \
+                    self._shadowed_operand(user.args[pointer]):
+                return True
         return False
 
     def _shadowed_operand(self, o) -> bool:

@@ -22,6 +22,7 @@ from .ir import local, tangent_name
 from .analysis import RESIZERS, ReadOnlyMemory, split_loop_exits, untie_carried_selects
 from .custom import rule_for
 from .parallel import DISCARD, name_parallel_loops
+from .typeddict import name_dict_calls
 from .blas import BLAS_RUNTIME
 from .forward import FORWARD_RUNTIME, ForwardDerivative, ForwardGenerator
 from .irtext import definitions
@@ -110,6 +111,7 @@ class ModuleBuilder:
         self._generating = []       # derivatives being written, outermost first
         self._caller = {}           # symbol -> the symbol whose derivative first called it
         name_parallel_loops(module)
+        name_dict_calls(module)
         self._lines = {}
         self._elements = {}
         # symbol -> parameters that receive memory of the user's own arguments
@@ -272,7 +274,15 @@ class ModuleBuilder:
                  for ins in b.instructions if ins.opcode == "call" and ins.callee == callee]
         if not calls:
             return exc
-        found = user.calls(self._numba_block(user.symbol, calls[0]))
+        block = self._numba_block(user.symbol, calls[0])
+        construct = getattr(exc, "construct", None)      # (not a NumPy call: a container)
+        line = user.source_lines().get(_BLOCK_LABEL.match(block).group(0)) \
+            if construct and _BLOCK_LABEL.match(block) else None
+        if line is not None:
+            located = UnsupportedError(f"{construct} at {user.source_file}:{line}: {exc}")
+            located.located = True
+            return located
+        found = user.calls(block)
         # The NumPy calls of that block named in the implementation's chain (np.split ->
         # np_split) or in the message (np.nextafter -> numba_nextafter), else its only call.
         text = " ".join(demangle(s) for s in chain[:-1]) + " " + str(exc)

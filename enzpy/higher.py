@@ -14,6 +14,7 @@ from numba import types
 from .api import (_ANNOTATIONS, Active, Annotation, Const, Duplicated, Forward, Reverse,
                   _check_aliases, _dispatcher, _is_float_scalar, _signature_key, autodiff)
 from .cache import STATS
+from .errors import UnsupportedError
 from .pipeline import build, entries
 
 
@@ -214,6 +215,14 @@ def _check_cotangent(g, out, where="g"):
     return out             # an integer or None: carries no derivative
 
 
+def _cotangent_shaped(out) -> bool:
+    """Whether ``out`` is what a cotangent can be shaped like (integers and None
+    carry no derivative)."""
+    if isinstance(out, tuple):
+        return all(_cotangent_shaped(o) for o in out)
+    return out is None or isinstance(out, (np.ndarray, float, int, np.number, bool, np.bool_))
+
+
 def vjp(f, *args):
     """``out, pullback = vjp(f, *args)``: the result of ``f(*args)`` and a
     function mapping a cotangent ``g`` shaped like ``out`` (a float, an array or
@@ -229,6 +238,10 @@ def vjp(f, *args):
     wrt = [i for i, (a, v) in enumerate(zip(args, values))
            if type(a) is not Const and _differentiable(v)]
     out = disp(*[v.copy() if isinstance(v, np.ndarray) else v for v in values])
+    if not _cotangent_shaped(out):
+        raise UnsupportedError(f"vjp: '{getattr(disp, '__name__', disp)}' returns "
+                               f"{type(out).__name__}; vjp differentiates functions returning "
+                               f"floats, arrays or tuples of them")
     objective = _objective(disp)
 
     def pullback(g):

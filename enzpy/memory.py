@@ -55,10 +55,14 @@ def shadow_name(name: str) -> str:
 
 
 def explain(callee: str) -> str:
-    if callee.startswith(("numba_list_", "numba_dict_")):
-        kind = "numba.typed.List" if callee.startswith("numba_list_") else "numba.typed.Dict"
-        return (f"; this is {kind}, whose C implementation enzpy cannot differentiate yet: "
-                f"use a list ([...]), a tuple, an array or a jitclass object")
+    if callee.startswith("numba_list_"):
+        return ("; this is numba.typed.List, whose C implementation enzpy cannot differentiate "
+                "yet: use a list ([...]), a tuple, an array or a jitclass object")
+    if callee.startswith("numba_dict_"):
+        return "; this is numba.typed.Dict, whose operation enzpy does not mirror"
+    if callee.startswith("enzpy.dict."):
+        return ("; this is the first derivative's mirror of a numba.typed.Dict: second-order "
+                "derivatives through a dictionary are not supported")
     return ""
 
 

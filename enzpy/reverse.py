@@ -142,7 +142,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         self.reverse_reads_alloca_shadows = False
         rev = self._reverse_function()
         aug = self._augmented_function()
-        self.d.reverse_reads = _locals_read(rev.split(" {\n", 1)[1])
+        self.d.reverse_reads = locals_read(rev.split(" {\n", 1)[1])
         return aug + "\n" + rev
 
     def _find_inductions(self) -> dict:
@@ -694,7 +694,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
 _LOCAL_NAME = re.compile(r'%"([^"]+)"|%([-a-zA-Z$._0-9]+)')
 
 
-def _locals_read(body: str) -> frozenset:
+def locals_read(body: str) -> frozenset:
     """Every local name IR text ``body`` mentions, quoted or not."""
     return frozenset(q or p for q, p in _LOCAL_NAME.findall(body))
 

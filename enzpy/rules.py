@@ -121,6 +121,7 @@ zero_derivative("floor", "ceil", "trunc", "round", "rint", "nearbyint", "roundev
 # Calls that move no derivative: runtime bookkeeping, GIL, hints to the optimizer.
 INACTIVE_CALLS = re.compile(
     r"^(NRT_(incref|decref|MemInfo_call_dtor)|numba_gil_(ensure|release)|"
+    r"numba_dict_(length|iter_sizeof)$|"
     r"llvm\.(lifetime|assume|dbg|expect|invariant|sideeffect|experimental\.noalias)\b)")
 
 # Runtime calls on memory whose shadows the transformation itself maintains

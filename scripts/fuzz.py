@@ -579,8 +579,8 @@ class _Gen:
         """Floats and arrays put into a container, then read back into a float."""
         v = self.fresh("v")
         ones_d = [a for a in sorted(sc.arrays) if len(sc.arrays[a]) == 1]
-        forms = ["floats", "floats_loop"] + (["arrays", "appended", "tuple", "pairs", "box"]
-                                             if ones_d else [])
+        forms = ["floats", "floats_loop", "dict_floats", "dict_loop"] + (
+            ["arrays", "appended", "tuple", "pairs", "box", "dict_arrays"] if ones_d else [])
         form = self.choice(forms)
         e = lambda: self.expr(sc, 2)  # noqa: E731
         if form in ("floats", "floats_loop"):
@@ -597,6 +597,21 @@ class _Gen:
                           f"    {v} += {self.bounded(item + ' * ' + self.choice(sc.floats))}"]
             sc.floats.append(v)
             return lines
+        if form in ("dict_floats", "dict_loop"):
+            c = self.fresh("D")
+            lines = [f"{c} = {{0: {e()}, 1: {e()}}}"]
+            if self.chance(0.5):
+                key = int(self.rng.integers(3))       # 2: a new key, else overwritten
+                lines.append(f"{c}[{key}] = {c}.get({key}, {e()}) * {self.bounded(e())}")
+            if form == "dict_floats":
+                lines.append(f"{v} = {c}[{int(self.rng.integers(2))}] * "
+                             f"{self.bounded(f'{c}.get({int(self.rng.integers(3))}, {e()})')}")
+            else:
+                key, item = self.fresh("key"), self.fresh("item")
+                lines += [f"{v} = 0.0", f"for {key}, {item} in {c}.items():",
+                          f"    {v} += {self.bounded(item + ' * ' + self.choice(sc.floats))}"]
+            sc.floats.append(v)
+            return lines
         arr, other = self.choice(ones_d), self.choice(ones_d)
         k = self.index(sc, sc.arrays[arr][0])
         c = self.fresh("C")
@@ -610,6 +625,10 @@ class _Gen:
                       f"    {v} += {self.bounded(f'{item}.sum()')}"]
         elif form == "tuple":
             lines = [f"{c} = ({arr}, {e()})", f"{v} = {c}[0][{k}] * {c}[1]"]
+        elif form == "dict_arrays":
+            total = c + "['b'].sum()"
+            lines = [f"{c} = {{'a': {arr}, 'b': {other} * {e()}}}",
+                     f"{v} = {c}['a'][{k}] * {self.bounded(total)}"]
         elif form == "pairs":
             a, b = self.fresh("pa"), self.fresh("pb")
             lines = [f"{c} = [({arr}, {e()}), ({other}, {e()})]", f"{v} = 0.0",

@@ -2210,6 +2210,24 @@ def dict_of_arrays(x):
     return d["c"].sum()
 
 
+@njit
+def dict_of_floats(x):
+    params = {"scale": x[0], "shift": x[1]}
+    params["scale"] = params["scale"] * 2.0
+    total = 0.0
+    for name, value in params.items():
+        total += value * value * len(name)
+    return total * params.get("missing", x[2])
+
+
+@njit
+def dict_of_rows(x):
+    rows = {}
+    for i in range(x.shape[0]):
+        rows[i] = np.tanh(x[i])
+    return sum([(rows[i] * rows[(i + 1) % x.shape[0]]).sum() for i in range(x.shape[0])])
+
+
 @jitclass([("W", float64[:, :]), ("b", float64[:])])
 class Affine:
     def __init__(self, W, b):
@@ -2272,6 +2290,10 @@ _add("tuple_array_float_1d_f64", ["tuple", "ndarray.mean", "ndarray.std"], tuple
 _add("list_of_tuples_1d_f64", ["list", "tuple"], list_of_tuples,
      lambda: [normal(704, 4), normal(1704, 3)], wrt=(0, 1), tags=("container",))
 _add("dict_of_arrays_1d_f64", ["dict"], dict_of_arrays, lambda: [normal(705, 4)],
+     hvp=True, tags=("container", "late_import"))
+_add("dict_of_floats_1d_f64", ["dict"], dict_of_floats, lambda: [normal(715, 3)],
+     tags=("container",))
+_add("dict_of_rows_2d_f64", ["dict", "np.tanh"], dict_of_rows, lambda: [normal(716, (3, 4))],
      tags=("container",))
 _add("jitclass_affine_f64", ["jitclass", "ndarray.sum", "axis", "np.tanh", "broadcasting"],
      jitclass_affine, lambda: [normal(706, (3, 4)), normal(1706, 3), normal(2706, 4)],

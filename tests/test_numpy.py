@@ -108,8 +108,7 @@ def cases():
 # What enzpy still refuses, with what the refusal must say (docs/numpy.md lists them): the
 # test fails if one starts to pass (move it out of here) or stops naming the construct.
 REFUSED = {
-    ("dict_of_arrays_1d_f64", "reverse"): "numba.typed.Dict",
-    ("dict_of_arrays_1d_f64", "forward"): "numba.typed.Dict",
+    ("dict_of_arrays_1d_f64", "hvp"): "second-order derivatives through a dictionary",
 }
 
 

@@ -355,10 +355,16 @@ def unsup_array_max(a):
 
 
 @njit
-def unsup_dict(x):
+def once_unsup_dict(x):
     d = {1: x}
     d[2] = x * x
     return d[2] + d[1]
+
+
+@njit
+def unsup_dict_mixed_values(x):
+    d = {0: (x, np.ones(2) * x)}
+    return d[0][0] * d[0][1].sum()
 
 
 @njit
@@ -380,7 +386,9 @@ def unsup_prange(a):
 
 
 NUMBA_IMPLEMENTATIONS = [
-    ("typed_dict", unsup_dict, lambda: [Active(1.5)], "unsup_dict", ["dict"]),
+    ("typed_dict_mixed_values", unsup_dict_mixed_values, lambda: [Active(1.5)],
+     "unsup_dict_mixed_values", ["numba.typed.Dict at test_unsupported.py:",
+                                 "both pointers and floats"]),
     ("random_normal_active_scale", unsup_random_normal, lambda: [Active(1.5)],
      "unsup_random_normal", ["gauss"]),
 ]
@@ -401,6 +409,7 @@ NOW_DIFFERENTIATED = [
     ("prange", unsup_prange, lambda: [_dup(np.arange(4.0))]),
     ("reshape", unsup_reshape, lambda: [_dup(np.arange(6.0).reshape(2, 3))]),
     ("nextafter", once_unsup_nextafter, lambda: [Active(0.7)]),
+    ("typed_dict", once_unsup_dict, lambda: [Active(1.5)]),
 ]
 
 
