@@ -302,6 +302,10 @@ def _object_digest(payload) -> str:
     return hashlib.sha256(payload[2][0]).hexdigest()
 
 
+# Symbols of Numba's parallel runtime, defined when it starts its threads.
+_PARALLEL_RUNTIME = (b"numba_parallel_for", b"allocate_sched", b"do_scheduling")
+
+
 def _load(key, codegen, depth=0):
     """The Machine of a saved derivative, loaded after the saved derivatives
     it calls; None if any is missing, stale or unloadable."""
@@ -324,6 +328,11 @@ def _load(key, codegen, depth=0):
     # Numba compiles its runtime (NRT_decref, ...) before its first compile;
     # a process that has compiled nothing yet needs it now
     rtsys.initialize(cpu_target.target_context)
+    if any(name in payload[2][0] for name in _PARALLEL_RUNTIME):
+        # (and its parallel runtime before its first parallel function: loading
+        # code that calls it first would abort the process)
+        from numba.np.ufunc.parallel import _launch_threads
+        _launch_threads()
     try:
         library = codegen.unserialize_library(payload)
         address = library.get_pointer_to_function(index["entry_name"])

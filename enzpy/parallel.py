@@ -22,6 +22,7 @@ sweeps may run in any order and on any thread.
 from __future__ import annotations
 
 from .custom import FunctionRule, register
+from .errors import UnsupportedError
 from .ir import Function, Value, local, size_and_alignment
 from .runtime import counted_loop
 from .tape import HEADER, POP, PUSH, TAPE_TYPE
@@ -57,10 +58,20 @@ class ParallelForRule(FunctionRule):
         return Function(name, "void", [Value(local(n), t, "arg", n) for t, n in _PARAMS], [])
 
     @staticmethod
+    def _first_order(deriv):
+        """Refuse a parallel loop of enzpy's own (second order): its tapes and
+        contexts are memory no derivative follows."""
+        if _body(deriv.fn.name).startswith("enzpy."):
+            raise UnsupportedError("second-order derivatives through a parallel loop (prange, "
+                                   "parallel=True) are not supported; write the loop with "
+                                   "range for enzpy.hvp and enzpy.hessian")
+
+    @staticmethod
     def _body_activity(deriv):
         return ("dup" if deriv.activity[1] == "dup" else "const", "const", "const", "const")
 
     def reverse(self, deriv, builder):
+        self._first_order(deriv)
         body = builder.derivative(_body(deriv.fn.name), self._body_activity(deriv), atomic=True)
         shadow_args = local("~s.args") if deriv.activity[1] == "dup" else "null"
         params = ", ".join(deriv.params)
@@ -105,6 +116,7 @@ entry:
         return aug + rev + _augmented_entries(wrap_aug, body) + _reversed_entries(wrap_rev, body)
 
     def forward(self, deriv, builder):
+        self._first_order(deriv)
         body = builder.derivative(_body(deriv.fn.name), self._body_activity(deriv))
         tangent_args = local("~t.args") if deriv.activity[1] == "dup" else "null"
         wrap = f"{deriv.name}.entries"

@@ -602,3 +602,47 @@ def test_a_notebook_cell_keys_the_same_in_every_kernel():
                      f"/tmp/ipykernel_{kernel}/2954937112.py", "exec"), namespace)
         made.append(njit(namespace["cell"]))
     assert _key(made[0], Active(1.0)) == _key(made[1], Active(1.0))
+
+
+# -- a parallel loop, loaded by a process that has run no parallel code yet ---------------
+_PARALLEL_RUN = '''
+import json
+import numpy as np
+from numba import njit, prange
+import enzpy
+from enzpy import Duplicated, Forward, Reverse, autodiff
+
+
+@njit(parallel=True)
+def cubes(x):
+    s = 0.0
+    for i in prange(x.size):
+        s += x[i] ** 3 + x[i]
+    return s
+
+
+x = np.linspace(0.1, 1.0, 5)
+dx = np.zeros(5)
+autodiff(Reverse, cubes, Duplicated(x, dx))
+(t,) = autodiff(Forward, cubes, Duplicated(x, np.ones(5)))
+print(json.dumps({"dx": dx.tolist(), "t": t, "info": {
+    k: v for k, v in enzpy.cache_info().items() if k in ("loaded", "saved")}}))
+'''
+
+
+def test_a_parallel_loop_loads_in_a_process_that_ran_no_parallel_code(tmp_path):
+    """Numba defines its parallel runtime's symbols when it first runs parallel code:
+    a derivative calling them is loaded after enzpy starts that runtime (loading it
+    first aborted the process)."""
+    (tmp_path / "run.py").write_text(_PARALLEL_RUN)
+    environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
+                       ENZPY_CACHE_DIR=str(tmp_path / "cache"))
+    x = np.linspace(0.1, 1.0, 5)
+    for run, info in enumerate(({"loaded": 0, "saved": 2}, {"loaded": 2, "saved": 0})):
+        done = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True,
+                              text=True, env=environment, timeout=600)
+        assert done.returncode == 0, f"run {run}: {done.stderr[-3000:]}"
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        np.testing.assert_allclose(result["dx"], 3 * x ** 2 + 1, rtol=1e-12)
+        assert result["t"] == pytest.approx(float(np.sum(3 * x ** 2 + 1)), rel=1e-12)
+        assert result["info"] == info

@@ -133,3 +133,20 @@ def test_gradient_is_the_same_on_every_call_and_thread_count():
         again = gradients(f, args, (0, 1))
         np.testing.assert_allclose(again[0], first[0], rtol=0, atol=0)
         assert again[1] == pytest.approx(first[1], rel=1e-13)
+
+
+@njit(parallel=True)
+def _parallel_cubes(x):
+    s = 0.0
+    for i in prange(x.size):
+        s += x[i] ** 3
+    return s
+
+
+def test_second_order_through_a_parallel_loop_is_refused():
+    """(It crashed: the first derivative's parallel loop keeps its tapes in memory
+    no derivative follows.)"""
+    import enzpy
+    with pytest.raises(enzpy.UnsupportedError, match="second-order derivatives through a "
+                                                     "parallel loop"):
+        enzpy.hvp(_parallel_cubes, np.linspace(0.1, 1.0, 5), np.ones(5))
