@@ -227,6 +227,14 @@ def autodiff(mode, f, *args):
         raise TypeError(f"autodiff: the first argument must be a mode (Reverse, "
                         f"ReverseWithPrimal, Forward, ForwardWithPrimal), got {mode!r}")
     disp = _dispatcher(f)
+    folded = _folded_call(disp, args)
+    if folded is not None:
+        args, unfold = folded
+        return unfold(_differentiate(mode, f, disp, args), mode)
+    return _differentiate(mode, f, disp, args)
+
+
+def _differentiate(mode, f, disp, args):
     key = (disp, mode.reverse, tuple(map(_signature_key, args)))
     entry = _entries.get(key)
     if entry is None:
@@ -262,6 +270,46 @@ def autodiff(mode, f, *args):
         k += count
     grads = tuple(grads)
     return (grads, out[k]) if mode.with_primal else (grads,)
+
+
+def _folded_call(disp, args):
+    """``args`` as Numba compiles the call: omitted parameters with a default
+    become ``Const(default)``, the arguments ``*args`` receives one tuple; and
+    the function giving the result one entry per argument passed. None when
+    nothing is folded (or when the arguments do not fit: ``_check_args`` says so)."""
+    params = list(inspect.signature(disp.py_func).parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    star = next((p for p in params if p.kind == p.VAR_POSITIONAL), None)
+    n = len(positional)
+    if star is None:
+        missing = positional[len(args):]
+        if not missing or any(p.default is p.empty for p in missing):
+            return None
+        return [*args, *(Const(p.default) for p in missing)], \
+            lambda out, mode: _unfolded(out, mode, lambda grads: grads[:len(args)])
+    if len(args) < n:
+        return None
+    rest = [_annotate(a) for a in args[n:]]
+    kinds = {type(a) for a in rest}
+    if len(kinds) > 1:
+        raise TypeError(f"{disp.py_func.__qualname__}: the arguments *{star.name} receives "
+                        f"are one tuple to enzpy: annotate them alike (all Active, all "
+                        f"Duplicated or all Const), got {', '.join(sorted(k.__name__ for k in kinds))}")
+    kind = kinds.pop() if kinds else Const
+    values = tuple(a.val for a in rest)
+    packed = Duplicated(values, tuple(a.dval for a in rest)) if kind is Duplicated else \
+        kind(values)
+
+    def spread(grads):
+        inner = grads[n] if grads[n] is not None else (None,) * len(rest)
+        return (*grads[:n], *inner)
+    return [*args[:n], packed], lambda out, mode: _unfolded(out, mode, spread)
+
+
+def _unfolded(out, mode, per_argument):
+    if not mode.reverse:
+        return out
+    return (tuple(per_argument(out[0])), *out[1:])
 
 
 def _add_fast_path(f, mode, entry, args):

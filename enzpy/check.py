@@ -22,6 +22,11 @@ def gradient(*args):
     if len(args) < 2:
         raise TypeError("gradient(f, x, *args) needs a function and a point")
     f, x, *rest = args
+    if not (isinstance(x, (float, np.floating)) or
+            (isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float64))):
+        raise TypeError(f"gradient: x must be a float or a float32/float64 array, got "
+                        f"{type(x).__name__}" + (f" of {x.dtype}" if isinstance(x, np.ndarray)
+                                                 else ""))
     if isinstance(x, np.ndarray):
         dx = np.zeros_like(x)
         autodiff(Reverse, f, Duplicated(x, dx), *rest)

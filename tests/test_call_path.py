@@ -135,3 +135,53 @@ def test_types_left_to_numba_dispatch_and_errors_raised_once():
     with pytest.raises(TypeError, match="must not be negative"):
         autodiff(Reverse, counts_then_may_raise, Duplicated(-X, np.zeros(3)), Const(counter))
     assert counter[0] == 1.0
+
+
+@njit
+def _with_default(x, a, n=3):
+    s = 0.0
+    for i in range(n):
+        s += np.sum(np.sin((i + 1.0) * x) ** 2) * a
+    return s
+
+
+@njit
+def _with_star_args(x, *ws):
+    s = 0.0
+    for w in ws:
+        s += (w * x).sum()
+    return s
+
+
+def test_omitted_defaults_are_const():
+    x = np.array([0.2, 0.5, 0.9])
+    dx, dx3 = np.zeros(3), np.zeros(3)
+    (d, da), = autodiff(Reverse, _with_default, Duplicated(x, dx), Active(1.5))
+    assert d is None
+    (_, da3, dn), = autodiff(Reverse, _with_default, Duplicated(x, dx3), Active(1.5), Const(3))
+    assert dn is None and da == da3
+    np.testing.assert_array_equal(dx, dx3)
+    (t,) = autodiff(Forward, _with_default, Duplicated(x, np.ones(3)), Const(1.5))
+    assert t == pytest.approx(dx.sum(), rel=1e-12)
+    assert np.allclose(enzpy.gradient(_with_default, x, 1.5), dx)
+
+
+def test_star_args_get_one_entry_each():
+    x, a, b = np.ones(3), np.arange(3.0), np.full(3, 2.0)
+    dx, da, db = np.zeros(3), np.zeros(3), np.zeros(3)
+    assert autodiff(Reverse, _with_star_args, Duplicated(x, dx), Duplicated(a, da),
+                    Duplicated(b, db)) == ((None, None, None),)
+    np.testing.assert_array_equal(dx, a + b)
+    np.testing.assert_array_equal(da, x)
+    np.testing.assert_array_equal(db, x)
+    (t,) = autodiff(Forward, _with_star_args, Duplicated(x, np.ones(3)), a, b)
+    assert t == (a + b).sum()
+
+    @njit
+    def scaled(x, *ws):
+        return x * ws[0] + ws[1] * ws[1]
+    assert autodiff(Reverse, scaled, Active(2.0), Active(3.0), Active(0.5)) == \
+        ((3.0, 2.0, 1.0),)
+    with pytest.raises(TypeError, match=r"\*ws receives are one tuple to enzpy: annotate them "
+                                        r"alike"):
+        autodiff(Reverse, _with_star_args, Duplicated(x, dx), Duplicated(a, da), b)
