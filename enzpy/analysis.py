@@ -27,6 +27,8 @@ ALLOCATORS = ("NRT_MemInfo_alloc_aligned", "NRT_MemInfo_alloc_safe_aligned",
               "NRT_MemInfo_alloc", "NRT_MemInfo_alloc_safe", "NRT_MemInfo_new_varsize",
               "NRT_MemInfo_alloc_dtor", "NRT_MemInfo_alloc_dtor_safe",
               "NRT_MemInfo_new_varsize_dtor") + RAW_ALLOCATORS
+# The allocations of Numba's arrays (a meminfo whose data are the elements).
+ARRAY_ALLOCATORS = ("NRT_MemInfo_alloc_aligned", "NRT_MemInfo_alloc_safe_aligned")
 # Numba runtime calls returning a pointer into their (first) argument's allocation.
 DERIVED_POINTERS = ("NRT_MemInfo_data_fast", "NRT_MemInfo_data")
 # Numba runtime calls giving the allocation of their first argument (a
@@ -176,6 +178,8 @@ class Activity:
         self.fn = fn
         self.shadowed = set()
         self.varied = set()
+        self._roots = {}                # pointer name -> its roots
+        self._varying_slots = set()     # stack slots a varying value may be written to
         for arg, act in zip(fn.args, arg_activity):
             if act == "dup":
                 self.shadowed.add(arg.name)
@@ -261,7 +265,8 @@ class Activity:
         if not contains_float(ins.type):
             return False
         if ins.opcode == "load":
-            return ins.operands[0].name in self.shadowed
+            return ins.operands[0].name in self.shadowed and \
+                self._memory_varies(ins.operands[0])
         if ins.opcode == "call":
             # A float returned directly may also come from memory the call reads.
             return self._call_propagates(ins) and any(
@@ -269,6 +274,71 @@ class Activity:
                 for o in ins.args if o.kind in ("inst", "arg"))
         ops = [v for v, _ in ins.incoming] if ins.opcode == "phi" else ins.operands
         return any(o.name in self.varied for o in ops if o.kind in ("inst", "arg"))
+
+    # -- what stack memory holds ------------------------------------------------------
+    # Memory with a shadow may still hold only values that do not depend on the
+    # differentiated inputs (the pair of Gaussian draws Numba's np.random.normal
+    # writes into a stack slot): a load from it varies only if a write there
+    # may store such a value. Proven only for stack slots holding no pointers
+    # (nothing reachable through them) whose every write is seen: stores, and
+    # calls; a call writes a varying value only if another of its arguments
+    # varies or has a shadow (memory enzpy does not differentiate holds none).
+    def _memory_varies(self, ptr) -> bool:
+        roots = self._pointer_roots(ptr)
+        return not roots or any(self._slot_varies(root) for root in roots)
+
+    def _pointer_roots(self, ptr):
+        found = self._roots.get(ptr.name)
+        if found is None:
+            found = self._roots[ptr.name] = frozenset(pointer_roots(self.fn, ptr))
+        return found
+
+    def _slot_varies(self, root) -> bool:
+        if root in self._varying_slots:
+            return True
+        writers = self._slot_writers.get(root)
+        varies = writers is None or any(self._writes_varying(w, root) for w in writers)
+        if varies:
+            self._varying_slots.add(root)
+        return varies
+
+    def _writes_varying(self, ins, root) -> bool:
+        if ins.opcode == "store":
+            return self.is_varied(ins.operands[0])
+        if not ins.callee:
+            return True
+        return any(root not in self._pointer_roots(a) and (self.is_varied(a) or self.is_shadowed(a))
+                   if a.type == "ptr" else self.is_varied(a) for a in ins.args)
+
+    @cached_property
+    def _slot_writers(self) -> dict:
+        """Root -> the instructions writing it, for the stack slots holding no
+        pointers whose address goes nowhere else (not stored, not returned, not
+        turned into an integer)."""
+        writers = {("local", ins.name): [] for b in self.fn.blocks for ins in b.instructions
+                   if ins.opcode == "alloca" and not contains_pointer(ins.source_type)}
+        escaped = set()
+        for b in self.fn.blocks:
+            for ins in b.instructions:
+                op = ins.opcode
+                if op in POINTER_PROPAGATING or op == "load" or not ins.operands:
+                    continue
+                pointers = [o for o in ins.operands if o.type == "ptr" and o.kind == "inst"]
+                touched = {r for o in pointers for r in self._pointer_roots(o) if r in writers}
+                if not touched:
+                    continue
+                if op == "store":
+                    escaped |= {r for r in self._pointer_roots(ins.operands[0])
+                                if ins.operands[0].type == "ptr"} & touched
+                    for r in self._pointer_roots(ins.operands[1]) & touched:
+                        writers[r].append(ins)
+                elif op == "call":
+                    if not (ins.callee or "").startswith(("llvm.lifetime", "llvm.assume")):
+                        for r in touched:
+                            writers[r].append(ins)
+                else:               # ptrtoint, ret, insertvalue, icmp...: an address seen
+                    escaped |= touched
+        return {root: w for root, w in writers.items() if root not in escaped}
 
     def _backward(self) -> set:
         useful = set()

@@ -17,7 +17,7 @@ from numba.core.registry import cpu_target
 
 from . import rules
 from .errors import UnsupportedError
-from .frontend import data_pointer_types, demangle, signature_of
+from .frontend import array_meminfo_params, data_pointer_types, demangle, signature_of
 from .ir import local, tangent_name
 from .analysis import RESIZERS, ReadOnlyMemory, split_loop_exits, untie_carried_selects
 from .custom import rule_for
@@ -156,6 +156,15 @@ class ModuleBuilder:
             self._elements[symbol] = {} if signature is None else \
                 data_pointer_types(cpu_target.target_context, *signature)
         return self._elements[symbol].get(index)
+
+    def array_meminfo_param(self, symbol, index):
+        """Whether parameter ``index`` of ``symbol`` is the meminfo of an array
+        argument (None: the Numba signature is unknown)."""
+        low = self.lowered.get(symbol)
+        signature = low.argtypes if low is not None else (signature_of(symbol) or (None,))[0]
+        if signature is None:
+            return None
+        return index in array_meminfo_params(cpu_target.target_context, signature)
 
     def call_propagates(self, ins) -> bool:
         """Whether a call's float result depends on its float arguments."""

@@ -200,6 +200,19 @@ def data_pointer_types(ctx, argtypes, restype) -> dict:
     return table
 
 
+def array_meminfo_params(ctx, argtypes) -> set:
+    """LLVM parameter indices holding the meminfo of an array argument (arrays
+    inside tuples included)."""
+    found, index = set(), 2          # after retptr and excinfo
+    for ty in argtypes:
+        leaves = ty if isinstance(ty, types.BaseTuple) else (ty,)
+        for leaf in leaves:
+            if isinstance(leaf, types.Array):
+                found.add(index)
+            index += len(ctx.get_arg_packer([leaf]).argument_types)
+    return found
+
+
 def signature_of(symbol: str):
     """(argument types, return type) of a Numba function compiled in this
     process, by symbol: a dispatcher's, or a helper compiled by Numba's

@@ -8,8 +8,8 @@ reverse sweep may still need the memory), and bulk copies.
 """
 from __future__ import annotations
 
-from .analysis import (ALLOCATORS, DERIVED_POINTERS, POINTER_PROPAGATING, RAW_ALLOCATORS,
-                       RESIZERS)
+from .analysis import (ALLOCATORS, ARRAY_ALLOCATORS, DERIVED_POINTERS, POINTER_PROPAGATING,
+                       RAW_ALLOCATORS, RESIZERS, pointer_roots)
 from .emitter import Emitter
 from .errors import UnsupportedError
 from .ir import (Instruction, Value, contains_float, contains_pointer, fields_of, is_float_type,
@@ -131,7 +131,8 @@ class ShadowMemory:
             return True
         if callee in ALLOCATORS:
             # Drop the reference the reverse sweep held (see _hold_for_reverse).
-            e.call("NRT_decref", "void", [self.primal(ins.value, block)])
+            if not self.freed_by_primal(ins):
+                e.call("NRT_decref", "void", [self.primal(ins.value, block)])
             if self.act.is_shadowed(ins.value):
                 e.call("NRT_decref", "void", [self.shadow(ins.value, block)])
             return True
@@ -193,10 +194,59 @@ class ShadowMemory:
         """The reverse sweep holds one reference to every allocation (and its
         shadow), dropped by the reverse of the allocation, which comes after
         the reverse of every use: the forward sweep frees nothing the reverse
-        sweep still reads, whatever the order of Numba's reference counting."""
-        e.call("NRT_incref", "void", [ins.value])
+        sweep still reads, whatever the order of Numba's reference counting.
+        An array the reverse sweep never reads is not held (``freed_by_primal``)."""
+        if not self.freed_by_primal(ins):
+            e.call("NRT_incref", "void", [ins.value])
         if shadow is not None:
             e.call("NRT_incref", "void", [shadow])
+
+    def freed_by_primal(self, ins) -> bool:
+        """An array allocation the reverse sweep never reads, freed where Numba
+        frees it. Only read-only memory is read again by a reverse sweep
+        (ReadOnlyMemory; a callee's parameter is read-only only if every caller
+        passes read-only memory, and memory reached through a pointer read from
+        memory never is): the array is written during the call, or this function
+        only hands it on (Numba's allocation helper returns it). No address into
+        it is recomputed from its meminfo either (``held``). Its shadow is held:
+        the reverse sweep adds into it."""
+        if ins.callee not in ARRAY_ALLOCATORS:
+            return False
+        key = ins.name
+        if key not in self._early_freed:
+            self._early_freed[key] = not self.builder.readonly.is_readonly(
+                self.fn, ins.value) or not self._read_here(ins.value)
+        return self._early_freed[key]
+
+    def _read_here(self, allocation) -> bool:
+        """Whether this function loads from, or passes to a call, memory of ``allocation``."""
+        root = ("local", allocation.name)
+        for b in self.fn.blocks:
+            for ins in b.instructions:
+                if ins.opcode == "load":
+                    pointers = [ins.operands[0]]
+                elif ins.opcode == "call" and not _OPAQUE_SAFE.match(ins.callee or ""):
+                    pointers = [a for a in ins.args if a.type == "ptr"]
+                else:
+                    continue
+                if any(root in pointer_roots(self.fn, p) for p in pointers):
+                    return True
+        return False
+
+    def held(self, meminfo) -> bool:
+        """Whether the allocation of ``meminfo`` is alive until the reverse sweep is
+        done (its data pointer can be computed from it again there): an allocation
+        here that is held, or a parameter whose Numba type is not an array (a
+        list's, a jitclass object's: only arrays are freed early). A meminfo read
+        from memory may be an array freed since."""
+        kind, name, root = self._root(meminfo)
+        if root is not None:
+            return root.opcode == "call" and root.callee in ALLOCATORS and \
+                root.callee not in RAW_ALLOCATORS and not self.freed_by_primal(root)
+        if kind != "arg":
+            return False
+        index = [a.name for a in self.fn.args].index(name)
+        return self.builder.array_meminfo_param(self.fn.name, index) is False
 
     def _freed_by_reverse(self, ins) -> bool:
         """A free of raw memory with a shadow: the reverse of its allocation frees

@@ -117,6 +117,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
     def __init__(self, builder, deriv: FunctionDerivative, describe):
         super().__init__(builder, deriv, describe)
         self.shadow_memory = self._shadow_memory_layout()   # alloca name -> offset
+        self._early_freed = {}        # allocation name -> freed where Numba frees it
         self.loops = self.cfg.counted_loops
         self.inductions = self._find_inductions()   # phi name -> (header, init, step, op)
         self.frame = {}               # key -> type, in insertion order
@@ -216,7 +217,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
                                              "addrspacecast", "insertvalue", "extractvalue")
                               or ins.callee in DERIVED_POINTERS):
             return "recompute"
-        if key[0] == "p" and ins.callee in DERIVED_POINTERS:
+        if key[0] == "p" and ins.callee in DERIVED_POINTERS and self.held(ins.operands[0]):
             return "recompute"
         return "push" if ins.block.name in self.cfg.loop_blocks else "frame"
 
