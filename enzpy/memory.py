@@ -220,18 +220,19 @@ class ShadowMemory:
 
     def _read_here(self, allocation) -> bool:
         """Whether this function loads from, or passes to a call, memory of ``allocation``."""
-        root = ("local", allocation.name)
-        for b in self.fn.blocks:
-            for ins in b.instructions:
-                if ins.opcode == "load":
-                    pointers = [ins.operands[0]]
-                elif ins.opcode == "call" and not _OPAQUE_SAFE.match(ins.callee or ""):
-                    pointers = [a for a in ins.args if a.type == "ptr"]
-                else:
-                    continue
-                if any(root in pointer_roots(self.fn, p) for p in pointers):
-                    return True
-        return False
+        if self._roots_read is None:
+            self._roots_read = set()
+            for b in self.fn.blocks:
+                for ins in b.instructions:
+                    if ins.opcode == "load":
+                        pointers = [ins.operands[0]]
+                    elif ins.opcode == "call" and not _OPAQUE_SAFE.match(ins.callee or ""):
+                        pointers = [a for a in ins.args if a.type == "ptr"]
+                    else:
+                        continue
+                    for p in pointers:
+                        self._roots_read |= pointer_roots(self.fn, p)
+        return ("local", allocation.name) in self._roots_read
 
     def held(self, meminfo) -> bool:
         """Whether the allocation of ``meminfo`` is alive until the reverse sweep is

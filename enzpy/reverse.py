@@ -118,6 +118,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         super().__init__(builder, deriv, describe)
         self.shadow_memory = self._shadow_memory_layout()   # alloca name -> offset
         self._early_freed = {}        # allocation name -> freed where Numba frees it
+        self._roots_read = None       # roots of the memory loaded or passed to calls
         self.loops = self.cfg.counted_loops
         self.inductions = self._find_inductions()   # phi name -> (header, init, step, op)
         self.frame = {}               # key -> type, in insertion order

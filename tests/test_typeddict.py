@@ -6,9 +6,9 @@ arrays and dictionaries; keys that are integers, strings, floats and tuples;
 insertion, overwriting, lookups with and without defaults, ``in``, ``del``,
 ``pop``, ``popitem``, ``setdefault``, ``copy``, ``clear``, iteration over keys,
 values and items; loops of 0, 1 and many iterations and branches taken both ways.
-Refusals: values mixing arrays and floats, differentiable values inserted into a
-dictionary passed in as ``Const``, second order, dictionaries as ``Duplicated``
-arguments and as results.
+Refusals: differentiable values inserted into a dictionary passed in as ``Const``,
+second order, dictionaries as ``Duplicated`` arguments and as results (values mixing
+arrays and floats: ``test_unsupported.py``).
 """
 from __future__ import annotations
 
@@ -18,16 +18,9 @@ from numba import njit, types
 from numba.typed import Dict
 
 import enzpy
-from enzpy import (
-    Active,
-    Const,
-    Duplicated,
-    Forward,
-    Reverse,
-    UnsupportedError,
-    autodiff,
-    check_gradient,
-)
+from enzpy import (Active, Const, Duplicated, Forward, Reverse, UnsupportedError, autodiff,
+                   check_gradient)
+from numpy_corpus import dict_of_arrays as array_values
 
 
 @njit
@@ -139,13 +132,6 @@ def tuple_values(x):
         a, b = d[k]
         s += a * b
     return s
-
-
-@njit
-def array_values(x):
-    d = {"a": x * 2.0, "b": np.exp(x)}
-    d["c"] = d["a"] * d["b"]
-    return d["c"].sum()
 
 
 @njit
@@ -304,12 +290,6 @@ def _inserts_into_argument(x, d):
 
 
 @njit
-def _mixed_values(x):
-    d = {0: (x, np.ones(2) * x)}
-    return d[0][0] * d[0][1].sum()
-
-
-@njit
 def _energy(x):
     d = {0: x[0] * x[1]}
     d[1] = np.sin(x[2])
@@ -326,8 +306,6 @@ def test_refusals_name_the_dictionary():
     with pytest.raises(UnsupportedError, match="numba.typed.Dict at test_typeddict.py:.*"
                                                "keeps no shadow"):
         autodiff(Reverse, _inserts_into_argument, Active(1.5), Const(d))
-    with pytest.raises(UnsupportedError, match="both pointers and floats"):
-        autodiff(Reverse, _mixed_values, Active(1.5))
     with pytest.raises(UnsupportedError, match="second-order derivatives through a dictionary"):
         enzpy.hvp(_energy, X[:3].copy(), np.ones(3))
     with pytest.raises(TypeError, match="numba.typed.Dict"):
