@@ -32,7 +32,7 @@ EXPENSIVE = frozenset({
     "solve_ret_f64", "normalize_rows_ret_2d_f64",
 })
 # Second-order builds of a minute or more (their reverse and forward modes run regularly).
-EXPENSIVE_HVP = frozenset({"gp_nlml_f64", "attention_f64"})
+EXPENSIVE_HVP = frozenset({"gp_nlml_f64", "attention_f64", "roots_cubic_f64"})   # (eig: 90 s)
 # LAPACK's second order costs 20-90 s per program: the regular run keeps two.
 LINALG_HVP = frozenset({"inv_f64", "det_f64"})
 
