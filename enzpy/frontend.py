@@ -294,6 +294,15 @@ class Lowered:
             self._typed = _compile_again(self.dispatcher, self.argtypes, self.symbol)[1]
         return self._typed
 
+    def _assignment_line(self, variable):
+        """The source line where Numba's typed IR assigns ``variable`` (None if unknown)."""
+        for block in getattr(self.cres.type_annotation, "blocks", {}).values():
+            for stmt in block.body:
+                target = getattr(stmt, "target", None)
+                if getattr(target, "name", None) == variable and stmt.loc is not None:
+                    return stmt.loc.line
+        return None
+
     def callees(self):
         """(dispatcher, argtypes) of the Numba functions this one calls."""
         found = []
@@ -301,7 +310,9 @@ class Lowered:
         typemap = fndesc.typemap
         for name, ty in typemap.items():
             if isinstance(ty, types.Generator):
-                raise UnsupportedError(f"function '{self.name}' uses a generator ({ty}), "
+                line = self._assignment_line(name)
+                where = f" at {self.source_file}:{line}" if line else ""
+                raise UnsupportedError(f"function '{self.name}' uses a generator ({ty}){where}, "
                                        f"which enzpy cannot differentiate")
         for expr, sig in fndesc.calltypes.items():
             func = expr._kws.get("func") if hasattr(expr, "_kws") else None

@@ -255,7 +255,7 @@ CORPUS = [
     ("objmode_block", unsup_objmode, lambda: [Active(1.5)], UnsupportedError, "unsup_objmode",
      ["PyFloat_FromDouble", "near line"]),
     ("generator_consumer", unsup_generator_consumer, lambda: [Active(1.5)], UnsupportedError,
-     "unsup_generator_consumer", ["uses a generator"]),
+     "unsup_generator_consumer", ["uses a generator", "at test_unsupported.py:"]),
 ]
 
 
