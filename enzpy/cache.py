@@ -150,9 +150,7 @@ class ModuleBuilder:
             symbol = tangent.group(1)
             index = [a.name for a in self.module.functions[symbol].args].index(name)
         if symbol not in self._elements:
-            low = self.lowered.get(symbol)
-            signature = (low.argtypes, low.restype) if low is not None else \
-                signature_of(symbol)
+            signature = self._numba_signature(symbol)
             self._elements[symbol] = {} if signature is None else \
                 data_pointer_types(cpu_target.target_context, *signature)
         return self._elements[symbol].get(index)
@@ -160,11 +158,15 @@ class ModuleBuilder:
     def array_meminfo_param(self, symbol, index):
         """Whether parameter ``index`` of ``symbol`` is the meminfo of an array
         argument (None: the Numba signature is unknown)."""
-        low = self.lowered.get(symbol)
-        signature = low.argtypes if low is not None else (signature_of(symbol) or (None,))[0]
+        signature = self._numba_signature(symbol)
         if signature is None:
             return None
-        return index in array_meminfo_params(cpu_target.target_context, signature)
+        return index in array_meminfo_params(cpu_target.target_context, signature[0])
+
+    def _numba_signature(self, symbol):
+        """(argument types, return type) of the Numba function ``symbol``, or None."""
+        low = self.lowered.get(symbol)
+        return (low.argtypes, low.restype) if low is not None else signature_of(symbol)
 
     def call_propagates(self, ins) -> bool:
         """Whether a call's float result depends on its float arguments."""

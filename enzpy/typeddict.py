@@ -33,14 +33,14 @@ from __future__ import annotations
 import ctypes
 
 from llvmlite import binding as llvm
-from llvmlite import ir as llir
 from numba import _helperlib, types
 from numba.core.registry import cpu_target
 
 from .custom import FunctionRule, register
 from .errors import UnsupportedError
 from .frontend import signature_of
-from .ir import Function, Value, local, tangent_name
+from .ir import Function, Value, leaf_kinds, local, tangent_name
+from .irtext import type_text
 from .reverse import locals_read
 from .runtime import counted_loop
 from .tape import POP, PUSH
@@ -101,29 +101,18 @@ def _layout_checked() -> bool:
         free(d)
 
 
+def _alias(name):
+    """enzpy's name for the C function ``name`` (numba_dict_insert -> enzpy.dict.insert)."""
+    return MIRROR + name[len("numba_dict_"):]
+
+
 def _publish_aliases():
     for name in _PARAMS:
-        llvm.add_symbol(MIRROR + name[len("numba_dict_"):],
-                        _helperlib.c_helpers[name[len("numba_"):]])
+        llvm.add_symbol(_alias(name), _helperlib.c_helpers[name[len("numba_"):]])
 
 
 _publish_aliases()
 _LAYOUT_KNOWN = _layout_checked()
-
-
-def _leaves(llty) -> set:
-    """What a value of the llvmlite type ``llty`` holds: 'int', 'ptr', 'double', 'float'."""
-    if isinstance(llty, llir.PointerType):
-        return {"ptr"}
-    if isinstance(llty, (llir.DoubleType, llir.FloatType)):
-        return {str(llty)}
-    if isinstance(llty, (llir.LiteralStructType, llir.IdentifiedStructType)):
-        return set().union(*(_leaves(t) for t in llty.elements))
-    if isinstance(llty, (llir.ArrayType, llir.VectorType)):
-        return _leaves(llty.element)
-    if isinstance(llty, llir.IntType):
-        return {"int"}
-    return {"unknown"}
 
 
 def _kind_of(value_type) -> str:
@@ -131,9 +120,7 @@ def _kind_of(value_type) -> str:
         llty = cpu_target.target_context.get_data_type(value_type)
     except (KeyError, NotImplementedError):
         return "unknown"
-    kinds = _leaves(llty) - {"int"}
-    if "unknown" in kinds:
-        return "unknown"
+    kinds = leaf_kinds(type_text(llty)) - {"int"}
     if not kinds:
         return "int"
     return kinds.pop() if len(kinds) == 1 else "mixed"
@@ -194,6 +181,10 @@ def _size(d, field, name):
             f"  %{name} = load i64, ptr %{name}.p\n")
 
 
+# A buffer for the key a pop from the shadow dictionary writes (the key is the primal's).
+_KEY_SCRATCH = _size("%d", _KEY_SIZE_OFFSET, "ks") + "  %scratch = alloca i8, i64 %ks\n"
+
+
 def _accumulate(kind):
     """``dst[i] += src[i]`` over ``bytes`` of floats of ``kind``."""
     ty, size = kind, _element(kind)
@@ -211,11 +202,8 @@ entry:
 
 
 _DECLARATIONS = {
-    **{MIRROR + name[len("numba_dict_"):]:
-       f"declare {ret} @{MIRROR}{name[len('numba_dict_'):]}({', '.join(t for t, _ in params)})"
-       for name, (ret, params) in _PARAMS.items()},
-    **{name: f"declare {ret} @{name}({', '.join(t for t, _ in params)})"
-       for name, (ret, params) in _PARAMS.items()},
+    **{symbol: f"declare {ret} @{symbol}({', '.join(t for t, _ in params)})"
+       for name, (ret, params) in _PARAMS.items() for symbol in (name, _alias(name))},
     "calloc": "declare ptr @calloc(i64, i64)",
     "free": "declare void @free(ptr)",
     "llvm.memcpy.p0.p0.i64": "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
@@ -243,7 +231,7 @@ class _Call:
     def mirror(self, name, args, result="mirrored"):
         """The same C function called on the shadow dictionary (through its alias)."""
         ret = _PARAMS["numba_dict_" + name][0]
-        call = f"call {ret} @{MIRROR}{name}({args})"
+        call = f"call {ret} @{_alias('numba_dict_' + name)}({args})"
         return f"  {call}\n" if ret == "void" else f"  %{result} = {call}\n"
 
     def guarded(self, test, mirror):
@@ -465,8 +453,7 @@ def _rev_lookup(call):
 
 def _rev_popitem(call):
     s = call.s
-    mirror = (_size("%d", _KEY_SIZE_OFFSET, "ks") + "  %scratch = alloca i8, i64 %ks\n" +
-              call.mirror("popitem", f"ptr {s['d']}, ptr %scratch, ptr %cellp"))
+    mirror = _KEY_SCRATCH + call.mirror("popitem", f"ptr {s['d']}, ptr %scratch, ptr %cellp")
     # The dictionary's reference to the value passes to the caller, who drops
     # it; the shadow dictionary holds none (cells are not counted): the shadow
     # value gets one, from the dictionary's own value_incref.
@@ -527,9 +514,8 @@ def _fwd_copying(call):
         test = None
     else:
         val, v = buffer("val", False)
-        mirror = (size + _size("%d", _KEY_SIZE_OFFSET, "ks") + v +
-                  "  %scratch = alloca i8, i64 %ks\n" +
-                  call.mirror("popitem", f"ptr {t['d']}, ptr %scratch, ptr {val}"))
+        mirror = size + v + _KEY_SCRATCH + call.mirror(
+            "popitem", f"ptr {t['d']}, ptr %scratch, ptr {val}")
         test = "icmp eq i32 %status, 0"
     return "entry:\n" + call.guarded(test, mirror)
 
