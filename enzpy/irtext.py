@@ -38,6 +38,12 @@ _WORD = re.compile(r"(\w+)\s*")
 _KEYWORD = re.compile(r"([a-z_]+)")
 
 
+def defined_name(line: str):
+    """The name of the function a ``define`` line starts, or None."""
+    m = _DEFINE.match(line)
+    return unquote(m.group(2)) if m else None
+
+
 def unquote(name: str) -> str:
     if name.startswith('"'):
         return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), name[1:-1])

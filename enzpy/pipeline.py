@@ -32,7 +32,8 @@ from numba import types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
-from . import arguments, backend, custom, diskcache, fingerprint, frontend, userrules
+from . import (arguments, backend, custom, diskcache, fingerprint, frontend, refcounts,
+               userrules)
 from .augment import INLINE_LIMIT
 from .cache import (STATS, ModuleBuilder, entry_function, forward_entry_function,
                     tangent_function)
@@ -49,6 +50,8 @@ class BuildReport:
     signature: str
     timings: dict = field(default_factory=dict)   # stage -> seconds
     primal_instructions: int = 0
+    # Numba's increfs and decrefs of borrowed arrays the derivative leaves out
+    refcounts_dropped: int = 0
     peak_tape_bytes: int = 0          # the largest tape of any call so far
     derivative_functions: int = 0
     module_bytes: int = 0
@@ -187,6 +190,7 @@ class Build:
             frontend.cleanup(module)
         with self.stage("read_ir"):
             model = read_module_text(str(module))
+            self.report.refcounts_dropped = refcounts.drop_borrowed_refcounts(model)
         self.report.primal_instructions = _size(model)
         self.dump("primal", model.text)
         self.primal = _Primal(low, model, lowered, blocks)
