@@ -102,8 +102,17 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
             shadows.append(d)
     if entry.shadow_positions != [i for i, a in enumerate(args) if type(a) is duplicated]:
         return None
-    for written, reread in entry.alias_checks:
-        lines.append(f"    if share(v{written}, v{reread}): return MISS")
+    if entry.alias_checks:
+        # As for a shadow: arrays found apart need not be compared again while
+        # they are the same objects (the arguments of the last call that passed).
+        checked = sorted({i for pair in entry.alias_checks for i in pair})
+        cell = bind([(_dead,) * len(checked)], "disjoint")
+        same = " or ".join(f"p[{k}]() is not v{i}" for k, i in enumerate(checked))
+        lines += [f"    p = {cell}[0]",
+                  f"    if {same}:"]
+        lines += [f"        if share(v{written}, v{reread}): return MISS"
+                  for written, reread in entry.alias_checks]
+        lines.append(f"        {cell}[0] = ({''.join(f'ref(v{i}), ' for i in checked)})")
     lines += ["    try:",
               f"        out = call({', '.join(values + shadows)})",
               "    except TypeError as error:",

@@ -94,6 +94,24 @@ def test_arrays_that_share_memory_are_refused_on_every_call():
                  Duplicated(x, np.zeros(3)))
 
 
+def test_arrays_found_apart_are_compared_again_when_one_changes():
+    """The fast path skips the comparison for the arrays of the last call that
+    passed it: a new array in either place is compared again."""
+    x, y = X.copy(), np.zeros(3)
+    for _ in range(3):
+        autodiff(Reverse, reads_after_write, Duplicated(x, np.zeros(3)),
+                 Duplicated(y, np.zeros(3)))
+    with pytest.raises(ValueError, match="share memory"):
+        autodiff(Reverse, reads_after_write, Duplicated(x, np.zeros(3)),
+                 Duplicated(x[:], np.zeros(3)))
+    with pytest.raises(ValueError, match="share memory"):
+        autodiff(Reverse, reads_after_write, Duplicated(y[::-1], np.zeros(3)),
+                 Duplicated(y, np.zeros(3)))
+    dx = np.zeros(3)
+    autodiff(Reverse, reads_after_write, Duplicated(x, dx), Duplicated(y, np.zeros(3)))
+    np.testing.assert_allclose(dx, 4.0 * X)
+
+
 def test_changed_rules_drop_the_generated_paths():
     _reverse(Reverse)
     _reverse(Reverse)
