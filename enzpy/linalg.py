@@ -158,6 +158,16 @@ builtin_vjp(__name__, "_trsolve", _trsolve_fwd, _trsolve_bwd, _trsolve_jvp)
 
 
 # -- solve(a, b): a x = b -------------------------------------------------------------------
+@njit(cache=True)
+def _solve_defined(a, b):
+    """``np.linalg.solve(a, b)`` for a tangent or cotangent ``b``: one that is
+    undefined upstream (inf or nan, e.g. through equal eigenvalues) gives nan,
+    where LAPACK's solve would raise LinAlgError."""
+    if not np.all(np.isfinite(b)):
+        return np.linalg.solve(a, np.zeros_like(b)) * np.nan
+    return np.linalg.solve(a, b)
+
+
 def _solve_fwd(a, b):
     x = np.linalg.solve(a, b)
     return x, (a, x)
@@ -165,7 +175,7 @@ def _solve_fwd(a, b):
 
 def _solve_bwd(res, g):
     a, x = res
-    gb = np.linalg.solve(a.T, g)
+    gb = _solve_defined(a.T, g)
     ga = -(_as_column(gb) @ _as_column(x).T)
     return ga, gb
 
@@ -174,7 +184,7 @@ def _solve_jvp(primals, tangents):
     a, b = primals
     da, db = tangents
     x = np.linalg.solve(a, b)
-    dx = np.linalg.solve(a, db - (da @ _as_column(x)).reshape(x.shape))
+    dx = _solve_defined(a, db - (da @ _as_column(x)).reshape(x.shape))
     return x, dx
 
 
@@ -270,7 +280,9 @@ _rule("cho_impl", _cholesky_fwd, _cholesky_bwd, _cholesky_jvp)
 
 
 # -- eigh(a) = (w, v): a v = v diag(w) ------------------------------------------------------------
-@njit(cache=True)
+# (NumPy's error model: equal eigenvalues give inf, as the derivative of their
+# vectors is undefined, instead of raising ZeroDivisionError)
+@njit(cache=True, error_model="numpy")
 def _eigh_f(w):
     n = w.shape[0]
     f = np.zeros((n, n), dtype=w.dtype)
@@ -289,7 +301,9 @@ def _eigh_fwd(a):
 def _eigh_bwd(res, g):
     w, v = res
     gw, gv = g
-    inner = np.diag(gw) + _eigh_f(w) * (v.T @ gv)
+    inner = np.diag(gw)
+    if np.any(gv != 0.0):       # (the eigenvalues alone have a derivative when some are equal)
+        inner = inner + _eigh_f(w) * (v.T @ gv)
     abar = v @ inner @ v.T
     return (_symmetric_part(abar),)
 
@@ -331,13 +345,13 @@ def _eigvals_fwd(a):
 
 
 def _eigvals_bwd(v, g):
-    return (np.linalg.solve(v.T, _as_column(g) * v.T),)
+    return (_solve_defined(v.T, _as_column(g) * v.T),)
 
 
 def _eigvals_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     w, v = np.linalg.eig(a)
-    return w, np.diag(np.linalg.solve(v, da @ v)).copy()
+    return w, np.diag(_solve_defined(v, da @ v)).copy()
 
 
 _rule("eigvals_impl", _eigvals_fwd, _eigvals_bwd, _eigvals_jvp, inner="real_eigvals_impl")
@@ -355,15 +369,17 @@ def _eig_bwd(res, g):
     w, v = res
     gw, gv = g
     vt = np.ascontiguousarray(v.T)
-    kept = gv - v * np.sum(v * gv, axis=0).reshape(1, -1)       # the adjoint of p
-    mbar = np.diag(gw) + _eigh_f(w) * (vt @ kept)
-    return (np.linalg.solve(vt, mbar @ vt),)
+    mbar = np.diag(gw)
+    if np.any(gv != 0.0):       # (as for eigh: equal eigenvalues leave w's derivative defined)
+        kept = gv - v * np.sum(v * gv, axis=0).reshape(1, -1)   # the adjoint of p
+        mbar = mbar + _eigh_f(w) * (vt @ kept)
+    return (_solve_defined(vt, mbar @ vt),)
 
 
 def _eig_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     w, v = np.linalg.eig(a)
-    m = np.linalg.solve(v, da @ v)
+    m = _solve_defined(v, da @ v)
     raw = v @ (_eigh_f(w) * m)
     dv = raw - v * np.sum(v * raw, axis=0).reshape(1, -1)
     return (w, v), (np.diag(m).copy(), dv)
@@ -373,7 +389,7 @@ _rule("eig_impl", _eig_fwd, _eig_bwd, _eig_jvp, inner="real_eig_impl")
 
 
 # -- svd(a, full_matrices) = (u, s, vh), a = u diag(s) vh -------------------------------------
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")       # (equal singular values: inf, as for eigh)
 def _svd_f(s):
     k = s.shape[0]
     f = np.zeros((k, k), dtype=s.dtype)
@@ -404,6 +420,9 @@ def _svd_bwd(res, g):
     v = np.ascontiguousarray(vh_full[:k, :].T)
     gu = np.ascontiguousarray(gu_full[:, :k])
     gv = np.ascontiguousarray(gvh_full[:k, :].T)
+    if not (np.any(gu != 0.0) or np.any(gv != 0.0)):
+        # singular values alone: defined even where some are equal or zero
+        return u @ (gs.reshape(k, 1) * v.T), None
     f = _svd_f(s)
     ut_gu = u.T @ gu
     vt_gv = v.T @ gv
@@ -450,7 +469,7 @@ def _qr_bwd_tall(q, r, gq, gr):
     # m >= n (Walter & Lehmann): abar = (gq + q copyltu(M)) r^-T, M = r gr^T - gq^T q
     mm = r @ gr.T - gq.T @ q
     b = gq + q @ _copy_lower_to_upper(mm)
-    return np.linalg.solve(r, b.T).T
+    return _solve_defined(r, b.T).T
 
 
 def _qr_fwd(a):
@@ -483,7 +502,7 @@ def _qr_jvp(primals, tangents):
     if m < n:
         raise ValueError("np.linalg.qr: forward mode supports matrices with at least as many "
                          "rows as columns")
-    c = np.linalg.solve(r.T, (q.T @ da).T).T            # q^T da r^-1
+    c = _solve_defined(r.T, (q.T @ da).T).T            # q^T da r^-1
     omega = np.tril(c, -1) - np.tril(c, -1).T
     dq = q @ omega + (da - q @ (q.T @ da)) @ np.linalg.inv(r)
     dr = (c - omega) @ r
@@ -531,7 +550,7 @@ def _lstsq_bwd(res, g):
     gx, gres, _, gs = g
     x2 = _as_column(x)
     r = _as_column(b) - a @ x2
-    z = np.linalg.solve(a.T @ a, _as_column(gx))
+    z = _solve_defined(a.T @ a, _as_column(gx))
     abar = r @ z.T - a @ z @ x2.T
     bbar = a @ z
     if gres.size:            # residuals: the squared norms of the columns of r
@@ -549,7 +568,7 @@ def _lstsq_jvp(primals, tangents):
     x, residues, rank, s = np.linalg.lstsq(a, b, rcond)
     x2 = _as_column(x)
     r = _as_column(b) - a @ x2
-    dx = np.linalg.solve(a.T @ a, da.T @ r + a.T @ (_as_column(db) - da @ x2))
+    dx = _solve_defined(a.T @ a, da.T @ r + a.T @ (_as_column(db) - da @ x2))
     dres = residues * 0.0
     if residues.size:
         dres = -2.0 * np.sum(r * (da @ x2 - _as_column(db) + a @ dx), axis=0)
