@@ -11,9 +11,9 @@ from .emitter import Emitter
 from .ir import Value, contains_float, contains_pointer, local
 from .memory import (ALLOCATORS, FREES, null_shadow, shadow_name, strip_metadata,
                      zero_allocation)
-from .analysis import RAW_ALLOCATORS, RESIZERS
+from .analysis import ARRAY_ALLOCATORS, RAW_ALLOCATORS, RESIZERS
 from .runtime import VARSIZE_FREE, free_shadow, resize_shadow
-from .tape import TapeRecord
+from .tape import SHADOW_ARRAY, TAPE_ARG, TapeRecord
 
 INLINE_LIMIT = 120         # instructions of a primal function whose derivative may be inlined
 
@@ -87,7 +87,7 @@ class AugmentedForward:
             args = list(ins.args)
             args += [self.forward_shadow(a) for a, act in zip(ins.args, callee.activity)
                      if act == "dup"]
-            args.append(Value('%"enzpy.tape"', "ptr", "arg"))
+            args.append(TAPE_ARG)
             argtext = ", ".join(a.typed() for a in args)
             e.emit(f"{local(ins.name)} = call {ins.type} @\"{callee.aug_name}\"({argtext})"
                    if ins.name else f"call {ins.type} @\"{callee.aug_name}\"({argtext})")
@@ -116,6 +116,11 @@ class AugmentedForward:
             if ins.opcode == "alloca":
                 e.emit(f'{sname} = getelementptr inbounds i8, ptr {local("~mem")}, '
                        f"i64 {self.shadow_memory[ins.name]}")
+            elif ins.callee in ARRAY_ALLOCATORS:
+                # (zeroed, from the call's arena where the entry allows it)
+                args = ", ".join(a.typed() for a in ins.args)
+                e.emit(f'{sname} = call ptr @"{SHADOW_ARRAY}"({TAPE_ARG.typed()}, {args})')
+                self._hold_for_reverse(e, ins, Value(sname, "ptr", "inst"))
             elif ins.callee in ALLOCATORS:
                 args = ", ".join(a.typed() for a in ins.args)
                 e.emit(f'{sname} = call ptr @"{ins.callee}"({args})')

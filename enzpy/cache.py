@@ -28,8 +28,8 @@ from .forward import FORWARD_RUNTIME, ForwardDerivative, ForwardGenerator
 from .irtext import definitions
 from .reverse import FunctionDerivative, ReverseGenerator
 from .runtime import FREE_SHADOW_FUNCTION, MEMORY_RUNTIME, RESIZE_SHADOW_FUNCTION
-from .tape import (ACQUIRE, EXCINFO_FIELD, FREE, PEAK_FIELD, RUNTIME, SINK_WRITE,
-                   STATUS_FIELD, TAPE_TYPE)
+from .tape import (ACQUIRE, ARENA_ALLOWED_FIELD, EXCINFO_FIELD, FREE, PEAK_FIELD, RUNTIME,
+                   SINK_WRITE, STATUS_FIELD, TAPE_TYPE)
 
 _BLOCK_LABEL = re.compile(r"^B(\d+)")
 _TANGENT_NAME = re.compile(r"^enzpy\.f\d+\.(.*)\.fwd$")
@@ -395,7 +395,7 @@ def _slot(ret_slot_type) -> str:
 
 
 def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
-                   shadows=()) -> str:
+                   shadows=(), arena=False) -> str:
     """``i32 name(ptr out, ptr excinfo, args..., shadows...)``: forward,
     seed, reverse, free.
 
@@ -409,6 +409,9 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
     derivative then drops its per-element tests for null shadows and its
     loops over the array can vectorise. (An empty array, whose memory is
     never read, gets the write sink should it be null after all.)
+
+    ``arena``: the shadows of the arrays the call allocates may come from the
+    call's arena (see ``tape``): no shadow can outlive the call.
     """
     fn = root.fn
     user = fn.args[2:]
@@ -433,6 +436,9 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
         f"  %tape = alloca {TAPE_TYPE}",
         f"  store {TAPE_TYPE} zeroinitializer, ptr %tape",
         f"  call void @{ACQUIRE}(ptr %tape)",
+    ] + ([f"  %arena.allowed = getelementptr inbounds {TAPE_TYPE}, ptr %tape, i32 0, "
+          f"i32 {ARENA_ALLOWED_FIELD}",
+          "  store i64 1, ptr %arena.allowed"] if arena else []) + [
         f"  %ret = alloca {_slot(ret_slot_type)}",
         f"  store {ret_slot_type} zeroinitializer, ptr %ret",
         f"  %shadow.ret = alloca {_slot(ret_slot_type)}",

@@ -15,7 +15,7 @@ from .errors import UnsupportedError
 from .ir import (Instruction, Value, contains_float, contains_pointer, fields_of, is_float_type,
                  local)
 from .runtime import VARSIZE_FREE
-from .tape import SINK_READ, SINK_WRITE, slot_bytes
+from .tape import SHADOW_DROP, SHADOW_HOLD, SINK_READ, SINK_WRITE, TAPE_ARG, slot_bytes
 
 FREES = ("NRT_decref", "NRT_Free")
 _METADATA = __import__("re").compile(r",\s*!\w+\s+!\d+")
@@ -134,7 +134,11 @@ class ShadowMemory:
             if not self.freed_by_primal(ins):
                 e.call("NRT_decref", "void", [self.primal(ins.value, block)])
             if self.act.is_shadowed(ins.value):
-                e.call("NRT_decref", "void", [self.shadow(ins.value, block)])
+                shadow = self.shadow(ins.value, block)
+                if callee in ARRAY_ALLOCATORS:      # (possibly an arena's: see tape)
+                    e.call(SHADOW_DROP, "void", [TAPE_ARG, shadow])
+                else:
+                    e.call("NRT_decref", "void", [shadow])
             return True
         if callee in FREES or callee == VARSIZE_FREE:
             return True
@@ -198,7 +202,9 @@ class ShadowMemory:
         An array the reverse sweep never reads is not held (``freed_by_primal``)."""
         if not self.freed_by_primal(ins):
             e.call("NRT_incref", "void", [ins.value])
-        if shadow is not None:
+        if shadow is not None and ins.callee in ARRAY_ALLOCATORS:
+            e.call(SHADOW_HOLD, "void", [TAPE_ARG, shadow])
+        elif shadow is not None:
             e.call("NRT_incref", "void", [shadow])
 
     def freed_by_primal(self, ins) -> bool:

@@ -42,6 +42,9 @@ from .irtext import read_module_text, type_text
 
 log = logging.getLogger("enzpy")
 
+# Argument types holding no pointer a derivative could store a shadow through.
+_FLAT = (types.Array, types.Float, types.Complex)
+
 
 # -- build reports -------------------------------------------------------------
 @dataclass
@@ -384,9 +387,13 @@ class Build:
                         (ARRAY_DATA_FIELD,) if isinstance(shadow, types.Array) else ())
                        for (kind, _, shadow), lay in zip(self.signature, layouts)
                        if kind == "Duplicated"]
+            # A shadow can outlive the call only through a container the caller
+            # passes with its shadow: without one, shadows may live in the arena.
+            arena = all(kind != "Duplicated" or isinstance(ty, _FLAT)
+                        for kind, ty, _ in self.signature)
             text = builder.module_text(entry_function(
                 entry_name, root, _return_slot_type(self.ctx, restype), activity[0] == "dup",
-                shadows))
+                shadows, arena))
         return builder, entry_name, text
 
     def _tangent_params(self, layouts):

@@ -1,6 +1,7 @@
 """The tape: a LIFO byte stack passed as a hidden pointer to derivative functions.
 
-Layout ``{ ptr data, i64 top, i64 capacity, i64 peak, i32 status, ptr excinfo }``;
+Layout ``{ ptr data, i64 top, i64 capacity, i64 peak, i32 status, ptr excinfo,
+ptr arena, i64 arena_allowed }``;
 ``peak`` is the largest ``top`` of the call, which ``autodiff`` reports (the entry
 point sets it between the sweeps: the forward sweep only pushes, the reverse only pops);
 ``status``/``excinfo`` hold the first exception raised during the reverse sweep
@@ -8,11 +9,20 @@ point sets it between the sweeps: the forward sweep only pushes, the reverse onl
 reserves a block of slots per basic-block execution and stores into them; the
 reverse sweep releases the same block in reverse order. Growth (``realloc``) is
 the rare, out-of-line branch.
+
+The shadows of the arrays a call allocates live until the reverse sweep is done
+with them, which for a loop allocating an array per step means every step's
+shadow at once. When the entry point allows it (no argument through which a
+shadow could outlive the call: only arrays and scalars are Duplicated), they
+are carved from the call's *arena*, chunks freed together at the call's end,
+instead of one Numba allocation each (a malloc, a free and a cache-missing
+reference count per shadow). An arena shadow is a meminfo like any other,
+whose count starts so high that no decref brings it to zero.
 """
 
 from .ir import Value, fields_of
 
-TAPE_TYPE = "{ ptr, i64, i64, i64, i32, ptr }"
+TAPE_TYPE = "{ ptr, i64, i64, i64, i32, ptr, ptr, i64 }"
 SLOT = 8          # every recorded scalar takes one 8-byte slot
 PUSH = "enzpy.tape.reserve"
 POP = "enzpy.tape.release"
@@ -25,7 +35,14 @@ KEEP_LIMIT = 64 << 20          # a tape up to this size is kept for the next cal
 PEAK_FIELD = 3
 STATUS_FIELD = 4
 EXCINFO_FIELD = 5
+ARENA_FIELD = 6
+ARENA_ALLOWED_FIELD = 7
 RAISE = "enzpy.tape.raise"
+SHADOW_ARRAY = "enzpy.arena.array"
+SHADOW_HOLD = "enzpy.arena.hold"        # the reverse sweep's reference to a shadow array
+SHADOW_DROP = "enzpy.arena.drop"
+_ARENA_CHUNK = 32 << 10        # the first chunk; each next one doubles, up to 1 MiB
+_NEVER_FREED = 1 << 60         # an arena meminfo's reference count
 
 # ``grow`` never sees the tape struct: with the struct only reached through
 # the (noalias) tape argument, LLVM keeps ``top``/``capacity`` in registers
@@ -34,6 +51,11 @@ RUNTIME = f"""
 declare ptr @realloc(ptr, i64)
 declare void @free(ptr)
 declare ptr @calloc(i64, i64)
+declare ptr @malloc(i64)
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+declare void @llvm.trap()
+declare ptr @NRT_MemInfo_alloc_aligned(i64, i32)
+declare ptr @NRT_MemInfo_data_fast(ptr)
 
 define internal {{ ptr, i64 }} @enzpy.tape.grow(ptr %data, i64 %cap, i64 %need) noinline {{
   %dbl = shl i64 %cap, 1
@@ -128,9 +150,128 @@ fresh:
   ret void
 }}
 
-; Keep the buffer for the next call (up to {KEEP_LIMIT} bytes); free the rest.
+; A zeroed array of size bytes for a shadow: a meminfo (48 bytes) and the data
+; carved from the arena, 16-byte aligned, or Numba's allocation when the arena
+; is not allowed. Chunk layout: {{ ptr next, i64 used, i64 capacity }}, 32 bytes,
+; then the carved pieces.
+define internal ptr @{SHADOW_ARRAY}(ptr %t, i64 %size, i32 %align) {{
+entry:
+  %allowedp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {ARENA_ALLOWED_FIELD}
+  %allowed = load i64, ptr %allowedp
+  %use = icmp ne i64 %allowed, 0
+  br i1 %use, label %arena, label %numba
+numba:
+  %mi = call ptr @NRT_MemInfo_alloc_aligned(i64 %size, i32 %align)
+  %mdata = call ptr @NRT_MemInfo_data_fast(ptr %mi)
+  call void @llvm.memset.p0.i64(ptr %mdata, i8 0, i64 %size, i1 false)
+  ret ptr %mi
+arena:
+  %ap = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {ARENA_FIELD}
+  %chunk = load ptr, ptr %ap
+  %padded = add i64 %size, 63
+  %need = and i64 %padded, -16
+  %none = icmp eq ptr %chunk, null
+  br i1 %none, label %grow, label %check
+check:
+  %usedp = getelementptr inbounds i8, ptr %chunk, i64 8
+  %used = load i64, ptr %usedp
+  %capp = getelementptr inbounds i8, ptr %chunk, i64 16
+  %cap = load i64, ptr %capp
+  %end = add i64 %used, %need
+  %fits = icmp ule i64 %end, %cap
+  br i1 %fits, label %carve, label %grow
+grow:
+  %last = phi i64 [ {_ARENA_CHUNK // 2}, %arena ], [ %cap, %check ]
+  %double = shl i64 %last, 1
+  %capped = call i64 @llvm.umin.i64(i64 %double, i64 {1 << 20})
+  %fit = add i64 %need, 32
+  %want = call i64 @llvm.umax.i64(i64 %capped, i64 %fit)
+  %new = call ptr @malloc(i64 %want)
+  %failed = icmp eq ptr %new, null
+  br i1 %failed, label %oom, label %link
+oom:
+  call void @llvm.trap()
+  unreachable
+link:
+  store ptr %chunk, ptr %new
+  %ncapp = getelementptr inbounds i8, ptr %new, i64 16
+  store i64 %want, ptr %ncapp
+  store ptr %new, ptr %ap
+  br label %carve
+carve:
+  %c = phi ptr [ %chunk, %check ], [ %new, %link ]
+  %u = phi i64 [ %used, %check ], [ 32, %link ]
+  %cusedp = getelementptr inbounds i8, ptr %c, i64 8
+  %next = add i64 %u, %need
+  store i64 %next, ptr %cusedp
+  %piece = getelementptr inbounds i8, ptr %c, i64 %u
+  call void @llvm.memset.p0.i64(ptr %piece, i8 0, i64 %need, i1 false)
+  store i64 {_NEVER_FREED}, ptr %piece
+  %datap = getelementptr inbounds i8, ptr %piece, i64 24
+  %data = getelementptr inbounds i8, ptr %piece, i64 48
+  store ptr %data, ptr %datap
+  %sizep = getelementptr inbounds i8, ptr %piece, i64 32
+  store i64 %size, ptr %sizep
+  ret ptr %piece
+}}
+
+; The reverse sweep's reference to a shadow array from enzpy.arena.array (an
+; arena's needs none: not touching it spares a cache miss per shadow).
+define internal void @{SHADOW_HOLD}(ptr %t, ptr %mi) alwaysinline {{
+entry:
+  %allowedp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {ARENA_ALLOWED_FIELD}
+  %allowed = load i64, ptr %allowedp
+  %numba = icmp eq i64 %allowed, 0
+  br i1 %numba, label %count, label %done
+count:
+  call void @NRT_incref(ptr %mi)
+  br label %done
+done:
+  ret void
+}}
+
+define internal void @{SHADOW_DROP}(ptr %t, ptr %mi) alwaysinline {{
+entry:
+  %allowedp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {ARENA_ALLOWED_FIELD}
+  %allowed = load i64, ptr %allowedp
+  %numba = icmp eq i64 %allowed, 0
+  br i1 %numba, label %count, label %done
+count:
+  call void @NRT_decref(ptr %mi)
+  br label %done
+done:
+  ret void
+}}
+
+declare void @NRT_incref(ptr)
+declare void @NRT_decref(ptr)
+declare i64 @llvm.umin.i64(i64, i64)
+declare i64 @llvm.umax.i64(i64, i64)
+
+; Free the call's arena (every chunk).
+define internal void @enzpy.arena.free(ptr %t) {{
+entry:
+  %ap = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {ARENA_FIELD}
+  %first = load ptr, ptr %ap
+  store ptr null, ptr %ap
+  br label %loop
+loop:
+  %c = phi ptr [ %first, %entry ], [ %next, %body ]
+  %done = icmp eq ptr %c, null
+  br i1 %done, label %exit, label %body
+body:
+  %next = load ptr, ptr %c
+  call void @free(ptr %c)
+  br label %loop
+exit:
+  ret void
+}}
+
+; Keep the buffer for the next call (up to {KEEP_LIMIT} bytes); free the rest,
+; and the arena.
 define internal void @{FREE}(ptr %t) {{
 entry:
+  call void @enzpy.arena.free(ptr %t)
   %data = load ptr, ptr %t
   %isnull = icmp eq ptr %data, null
   br i1 %isnull, label %done, label %release
@@ -167,7 +308,7 @@ def slot_bytes(ty: str) -> int:
     return SLOT
 
 
-_TAPE_ARG = Value('%"enzpy.tape"', "ptr", "arg")
+TAPE_ARG = Value('%"enzpy.tape"', "ptr", "arg")
 
 
 def slot_at(e, base: Value, offset: int) -> str:
@@ -196,7 +337,7 @@ class TapeRecord:
 
     def push(self, e, values, tag: str | None = None):
         """Reserve the record and store ``values`` (IR operands) and ``tag``."""
-        block = e.call(PUSH, "ptr", [_TAPE_ARG, Value(str(self.size), "i64", "const")])
+        block = e.call(PUSH, "ptr", [TAPE_ARG, Value(str(self.size), "i64", "const")])
         for ty, value, offset in zip(self.types, values, self.offsets):
             e.emit(f"store {ty} {value}, ptr {slot_at(e, block, offset)}, align 8")
         if self.tagged:
@@ -205,7 +346,7 @@ class TapeRecord:
     def pop(self, e, names, tag: str | None = None):
         """Release the record, loading its values into the IR names ``names``
         and its tag into ``tag``."""
-        block = e.call(POP, "ptr", [_TAPE_ARG, Value(str(self.size), "i64", "const")])
+        block = e.call(POP, "ptr", [TAPE_ARG, Value(str(self.size), "i64", "const")])
         for ty, name, offset in zip(self.types, names, self.offsets):
             e.emit(f"{name} = load {ty}, ptr {slot_at(e, block, offset)}, align 8")
         if self.tagged:
