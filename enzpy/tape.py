@@ -1,7 +1,7 @@
 """The tape: a LIFO byte stack passed as a hidden pointer to derivative functions.
 
 Layout ``{ ptr data, i64 top, i64 capacity, i64 peak, i32 status, ptr excinfo,
-ptr arena, i64 arena_allowed }``;
+ptr arena, i64 arena_allowed, ptr arena_spare }``;
 ``peak`` is the largest ``top`` of the call, which ``autodiff`` reports (the entry
 point sets it between the sweeps: the forward sweep only pushes, the reverse only pops);
 ``status``/``excinfo`` hold the first exception raised during the reverse sweep
@@ -17,12 +17,14 @@ shadow could outlive the call: only arrays and scalars are Duplicated), they
 are carved from the call's *arena*, chunks freed together at the call's end,
 instead of one Numba allocation each (a malloc, a free and a cache-missing
 reference count per shadow). An arena shadow is a meminfo like any other,
-whose count starts so high that no decref brings it to zero.
+whose count starts so high that no decref brings it to zero. The chunks of a
+call are kept for the next one (up to ``ARENA_KEEP_LIMIT`` bytes), as the tape is:
+memory the process already touched costs no page faults.
 """
 
 from .ir import Value, fields_of
 
-TAPE_TYPE = "{ ptr, i64, i64, i64, i32, ptr, ptr, i64 }"
+TAPE_TYPE = "{ ptr, i64, i64, i64, i32, ptr, ptr, i64, ptr }"
 SLOT = 8          # every recorded scalar takes one 8-byte slot
 PUSH = "enzpy.tape.reserve"
 POP = "enzpy.tape.release"
@@ -32,11 +34,13 @@ SINK_READ = "enzpy.zeros"       # reads through a null shadow land here (never w
 SINK_WRITE = "enzpy.trash"      # writes through a null shadow land here
 HEADER = 16                    # bytes before the data: the capacity, for reuse
 KEEP_LIMIT = 64 << 20          # a tape up to this size is kept for the next call
+ARENA_KEEP_LIMIT = 16 << 20    # and an arena up to this size
 PEAK_FIELD = 3
 STATUS_FIELD = 4
 EXCINFO_FIELD = 5
 ARENA_FIELD = 6
 ARENA_ALLOWED_FIELD = 7
+ARENA_SPARE_FIELD = 8          # chunks of an earlier call, not yet carved from
 RAISE = "enzpy.tape.raise"
 SHADOW_ARRAY = "enzpy.arena.array"
 SHADOW_HOLD = "enzpy.arena.hold"        # the reverse sweep's reference to a shadow array
@@ -136,6 +140,9 @@ done:
 ; Start a call's tape on the buffer the previous call left, if any.
 define internal void @{ACQUIRE}(ptr %t) {{
 entry:
+  %chunks = atomicrmw xchg ptr @enzpy.arena.spare, ptr null acq_rel
+  %chunksp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {ARENA_SPARE_FIELD}
+  store ptr %chunks, ptr %chunksp
   %spare = atomicrmw xchg ptr @enzpy.tape.spare, ptr null acq_rel
   %has = icmp ne ptr %spare, null
   br i1 %has, label %reuse, label %fresh
@@ -186,16 +193,33 @@ grow:
   %capped = call i64 @llvm.umin.i64(i64 %double, i64 {1 << 20})
   %fit = add i64 %need, 32
   %want = call i64 @llvm.umax.i64(i64 %capped, i64 %fit)
-  %new = call ptr @malloc(i64 %want)
-  %failed = icmp eq ptr %new, null
-  br i1 %failed, label %oom, label %link
+  %sparep = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {ARENA_SPARE_FIELD}
+  %spare = load ptr, ptr %sparep
+  %has = icmp ne ptr %spare, null
+  br i1 %has, label %try, label %fresh
+try:
+  %scapp = getelementptr inbounds i8, ptr %spare, i64 16
+  %scap = load i64, ptr %scapp
+  %roomy = icmp uge i64 %scap, %fit
+  br i1 %roomy, label %reuse, label %fresh
+reuse:
+  %rest = load ptr, ptr %spare
+  store ptr %rest, ptr %sparep
+  br label %link
+fresh:
+  %allocated = call ptr @malloc(i64 %want)
+  %failed = icmp eq ptr %allocated, null
+  br i1 %failed, label %oom, label %sized
 oom:
   call void @llvm.trap()
   unreachable
-link:
-  store ptr %chunk, ptr %new
-  %ncapp = getelementptr inbounds i8, ptr %new, i64 16
+sized:
+  %ncapp = getelementptr inbounds i8, ptr %allocated, i64 16
   store i64 %want, ptr %ncapp
+  br label %link
+link:
+  %new = phi ptr [ %spare, %reuse ], [ %allocated, %sized ]
+  store ptr %chunk, ptr %new
   store ptr %new, ptr %ap
   br label %carve
 carve:
@@ -248,20 +272,60 @@ declare void @NRT_decref(ptr)
 declare i64 @llvm.umin.i64(i64, i64)
 declare i64 @llvm.umax.i64(i64, i64)
 
-; Free the call's arena (every chunk).
+@enzpy.arena.spare = internal global ptr null
+
+; The call's arena chunks (carved from, and spare) go back to enzpy.arena.spare
+; for the next call, up to {ARENA_KEEP_LIMIT} bytes; the rest, and chunks another call
+; left there meanwhile, are freed.
 define internal void @enzpy.arena.free(ptr %t) {{
 entry:
   %ap = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {ARENA_FIELD}
-  %first = load ptr, ptr %ap
+  %sparep = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {ARENA_SPARE_FIELD}
+  %used = load ptr, ptr %ap
+  %spare = load ptr, ptr %sparep
   store ptr null, ptr %ap
+  store ptr null, ptr %sparep
+  br label %move
+move:                                   ; the carved chunks onto the spare ones
+  %c = phi ptr [ %used, %entry ], [ %after, %moved ]
+  %kept = phi ptr [ %spare, %entry ], [ %c, %moved ]
+  %all = icmp eq ptr %c, null
+  br i1 %all, label %measure, label %moved
+moved:
+  %after = load ptr, ptr %c
+  store ptr %kept, ptr %c
+  br label %move
+measure:
+  br label %count
+count:
+  %m = phi ptr [ %kept, %measure ], [ %mnext, %counted ]
+  %total = phi i64 [ 0, %measure ], [ %sum, %counted ]
+  %end = icmp eq ptr %m, null
+  br i1 %end, label %decide, label %counted
+counted:
+  %mcapp = getelementptr inbounds i8, ptr %m, i64 16
+  %mcap = load i64, ptr %mcapp
+  %sum = add i64 %total, %mcap
+  %mnext = load ptr, ptr %m
+  br label %count
+decide:
+  %small = icmp ule i64 %total, {ARENA_KEEP_LIMIT}
+  br i1 %small, label %keep, label %drop
+keep:
+  %old = atomicrmw xchg ptr @enzpy.arena.spare, ptr %kept acq_rel
+  br label %free
+drop:
+  br label %free
+free:
+  %first = phi ptr [ %old, %keep ], [ %kept, %drop ]
   br label %loop
 loop:
-  %c = phi ptr [ %first, %entry ], [ %next, %body ]
-  %done = icmp eq ptr %c, null
+  %f = phi ptr [ %first, %free ], [ %fnext, %body ]
+  %done = icmp eq ptr %f, null
   br i1 %done, label %exit, label %body
 body:
-  %next = load ptr, ptr %c
-  call void @free(ptr %c)
+  %fnext = load ptr, ptr %f
+  call void @free(ptr %f)
   br label %loop
 exit:
   ret void

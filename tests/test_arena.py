@@ -2,8 +2,8 @@
 when no shadow can outlive the call, and are Numba allocations otherwise.
 
 Checked: gradients of programs allocating arrays in loops (0, 1 and many steps,
-both branches) against central differences; every arena freed (the process's
-heap does not grow over many calls); a shadow array stored into a container
+both branches) against central differences; arenas reused, not accumulated (the
+process's heap does not grow over many calls); a shadow array stored into a container
 the caller passes with its shadow stays a valid array after the call (no arena
 then); and parallel loops (whose per-thread tapes never use an arena).
 """
@@ -72,7 +72,7 @@ def _heap_bytes():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallinfo2")
-def test_every_arena_is_freed():
+def test_arenas_are_reused_not_accumulated():
     s0, ds0 = S0.copy(), np.zeros(2)
     call = lambda: autodiff(Reverse, new_array_per_step, Duplicated(s0, ds0), Const(2000))
     for _ in range(3):
