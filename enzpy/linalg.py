@@ -164,7 +164,9 @@ def _solve_defined(a, b):
     undefined upstream (inf or nan, e.g. through equal eigenvalues) gives nan,
     where LAPACK's solve would raise LinAlgError."""
     if not np.all(np.isfinite(b)):
-        return np.linalg.solve(a, np.zeros_like(b)) * np.nan
+        undefined = np.linalg.solve(a, np.zeros_like(b))    # (its type: float32 stays)
+        undefined.fill(np.nan)
+        return undefined
     return np.linalg.solve(a, b)
 
 

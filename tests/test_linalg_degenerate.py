@@ -103,6 +103,28 @@ def test_an_undefined_cotangent_flows_through_a_solve_as_nan():
     assert not np.all(np.isfinite(db))
 
 
+@njit
+def solve_sum(a, b):
+    return np.sum(np.linalg.solve(a, b) ** 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_solves_of_either_precision(dtype):
+    """The guarded solve in the rules keeps float32 (a float64 nan would not)."""
+    a = np.array([[3.0, 0.5], [0.2, 2.0]], dtype=dtype)
+    b = np.array([1.0, -2.0], dtype=dtype)
+    da, db = np.zeros_like(a), np.zeros_like(b)
+    autodiff(Reverse, solve_sum, Duplicated(a, da), Duplicated(b, db))
+    x = np.linalg.solve(a.astype(np.float64), b.astype(np.float64))
+    gb = np.linalg.solve(a.T.astype(np.float64), 2.0 * x)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(db, gb, rtol=tol)
+    np.testing.assert_allclose(da, -np.outer(gb, x), rtol=tol)
+    (tangent,) = autodiff(Forward, solve_sum, Duplicated(a, np.zeros_like(a)),
+                          Duplicated(b, np.ones_like(b)))
+    assert tangent == pytest.approx(np.sum(gb), rel=tol)
+
+
 def test_distinct_values_are_unchanged():
     """Away from equal values the rules are the usual ones (central differences)."""
     a = np.array([[2.0, 0.3, 0.1], [0.3, 1.0, -0.2], [0.1, -0.2, -1.5]])
