@@ -122,6 +122,18 @@ class ModuleBuilder:
     def readonly(self) -> ReadOnlyMemory:
         return ReadOnlyMemory(self.module)
 
+    def _memory_facts(self, symbol):
+        """What a reverse derivative of ``symbol`` takes from this build's
+        analysis of the whole call graph: which of its memory nothing writes
+        during the call (re-read by the reverse sweep instead of recorded). A
+        parameter is read-only only if every caller passes read-only memory, so
+        the same function may differ between builds: a derivative written for
+        another build is reused only where these agree."""
+        if self.mode == "forward":
+            return ()
+        ro = self.readonly
+        return ro.unknown_write, frozenset(ro.readonly.get(symbol, ()))
+
     @cached_property
     def recursive(self) -> set:
         """Functions in a cycle of calls (self or mutual recursion)."""
@@ -178,7 +190,7 @@ class ModuleBuilder:
         """The derivative of ``symbol`` for ``activity``; ``atomic``: its
         reverse accumulates into shadow memory atomically (it runs on several
         threads at once: the body of a parallel loop, and its callees)."""
-        key = (self.mode, symbol, tuple(activity), atomic)
+        key = (self.mode, symbol, tuple(activity), atomic, self._memory_facts(symbol))
         if self._generating:
             self._caller.setdefault(symbol, self._generating[-1].fn.name)
         found = self.derivatives.get(key)

@@ -953,3 +953,27 @@ def test_scan_mwe_hvp():
         assert_close(H, fd_hessian(scan_example.f, s0, T), rtol=1e-6, atol=1e-8)
     # T = 1: f = (1 + 2) s0[0], linear
     assert_close(hessian(scan_example.f, s0, 1), np.zeros((2, 2)), atol=0)
+
+
+# -- a derivative shared between builds ------------------------------------------------------
+def test_a_shared_derivative_keeps_what_it_assumed_of_memory():
+    """hvp of a dot of read-only inputs writes the second-order derivative of
+    BLAS's dot re-reading its operands in the reverse sweep; the later build of
+    an ODE whose final dot is of an array written during the call must not
+    reuse it (it did, and its Hessian-vector product was wrong by 10%)."""
+    import numpy_corpus as corpus                # (tests/: the NumPy corpus)
+    dot = njit(corpus.dot_11.py_func)             # (fresh: built here, in this order)
+    ode = njit(corpus.ode_rk4.py_func)
+    rng = np.random.default_rng(21)
+    x, y, v = rng.standard_normal(5), rng.standard_normal(5), rng.standard_normal(5)
+    hvp(dot, x, v, y)
+    y0, a, w = rng.standard_normal(3), 0.5 * rng.standard_normal((3, 3)), rng.standard_normal(3)
+    got = hvp(ode, y0, w, a, 0.1, 10)
+    h = 1e-5
+
+    def gradient(point):
+        g = np.zeros(3)
+        autodiff(Reverse, ode, Duplicated(point.copy(), g), Const(a), Const(0.1), Const(10))
+        return g
+    expected = (gradient(y0 + h * w) - gradient(y0 - h * w)) / (2 * h)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-8)
