@@ -48,6 +48,23 @@ SHADOW_DROP = "enzpy.arena.drop"
 _ARENA_CHUNK = 32 << 10        # the first chunk; each next one doubles, up to 1 MiB
 _NEVER_FREED = 1 << 60         # an arena meminfo's reference count
 
+def _counted_unless_arena(name: str, refcount: str) -> str:
+    """IR of ``name(tape, meminfo)``: ``refcount(meminfo)`` unless the call's
+    shadow arrays come from its arena."""
+    return f"""define internal void @{name}(ptr %t, ptr %mi) alwaysinline {{
+entry:
+  %allowedp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {ARENA_ALLOWED_FIELD}
+  %allowed = load i64, ptr %allowedp
+  %numba = icmp eq i64 %allowed, 0
+  br i1 %numba, label %count, label %done
+count:
+  call void @{refcount}(ptr %mi)
+  br label %done
+done:
+  ret void
+}}"""
+
+
 # ``grow`` never sees the tape struct: with the struct only reached through
 # the (noalias) tape argument, LLVM keeps ``top``/``capacity`` in registers
 # across a loop and the common case of a push is an add, a compare and a store.
@@ -241,32 +258,8 @@ carve:
 
 ; The reverse sweep's reference to a shadow array from enzpy.arena.array (an
 ; arena's needs none: not touching it spares a cache miss per shadow).
-define internal void @{SHADOW_HOLD}(ptr %t, ptr %mi) alwaysinline {{
-entry:
-  %allowedp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {ARENA_ALLOWED_FIELD}
-  %allowed = load i64, ptr %allowedp
-  %numba = icmp eq i64 %allowed, 0
-  br i1 %numba, label %count, label %done
-count:
-  call void @NRT_incref(ptr %mi)
-  br label %done
-done:
-  ret void
-}}
-
-define internal void @{SHADOW_DROP}(ptr %t, ptr %mi) alwaysinline {{
-entry:
-  %allowedp = getelementptr inbounds {TAPE_TYPE}, ptr %t, i32 0, i32 {ARENA_ALLOWED_FIELD}
-  %allowed = load i64, ptr %allowedp
-  %numba = icmp eq i64 %allowed, 0
-  br i1 %numba, label %count, label %done
-count:
-  call void @NRT_decref(ptr %mi)
-  br label %done
-done:
-  ret void
-}}
-
+{_counted_unless_arena(SHADOW_HOLD, "NRT_incref")}
+{_counted_unless_arena(SHADOW_DROP, "NRT_decref")}
 declare void @NRT_incref(ptr)
 declare void @NRT_decref(ptr)
 declare i64 @llvm.umin.i64(i64, i64)
