@@ -5,9 +5,11 @@ NumPy spelling reached them (``np.dot``, ``@``, ``np.matmul``, ``np.outer``...).
 
 The reverse of a product is products again (the reverse of a ``gemm`` is two
 ``gemm``s), so a derivative costs a small multiple of the primal and stays
-O(n^3). The augmented forward records copies of the operands on the tape (the
-reverse needs them even if they are overwritten later). BLAS works on
-column-major blocks ``(data, leading dimension)``; Numba passes row-major
+O(n^3). The augmented forward records a copy of an operand on the tape only
+where the reverse reads it (another operand has a shadow) and the call site
+cannot prove that nothing writes it before the reverse sweep runs
+(``ModuleBuilder.stable_operands``): ``A @ x`` of a user's input copies nothing.
+BLAS works on column-major blocks ``(data, leading dimension)``; Numba passes row-major
 arrays as their transposes, which the rules follow without knowing it.
 
 The element type is fixed per call site (Numba passes it as a constant
@@ -58,6 +60,37 @@ def _shadows(deriv, prefix):
             for (_, n), act in zip(PARAMS[deriv.fn.name], deriv.activity)}
 
 
+def _recorded(deriv, needs) -> dict:
+    """Operand -> whether the augmented forward copies it to the tape.
+    ``needs`` maps each operand to the operands whose shadow update reads it;
+    an operand is copied when one of those has a shadow and the caller cannot
+    prove its memory unchanged until the reverse sweep (``deriv.stable``)."""
+    index = {n: k for k, (_, n) in enumerate(PARAMS[deriv.fn.name])}
+    dup = {n for (_, n), act in zip(PARAMS[deriv.fn.name], deriv.activity) if act == "dup"}
+    return {op: bool(dup & set(users)) and index[op] not in deriv.stable
+            for op, users in needs.items()}
+
+
+def _taped_bytes(recorded) -> str:
+    """``%<op>_taped``: the bytes of each operand on the tape (0 when not recorded)."""
+    return "".join(f"  %{op}_taped = mul i64 %{op}_bytes, {int(rec)}\n"
+                   for op, rec in recorded.items())
+
+
+def _copies(recorded) -> str:
+    """The augmented forward's copies of the recorded operands to the tape."""
+    return "".join(f"  call void @llvm.memcpy.p0.p0.i64(ptr %{op}_read, ptr %{op}, "
+                   f"i64 %{op}_bytes, i1 false)\n" for op, rec in recorded.items() if rec)
+
+
+def _operand_sources(recorded, offsets) -> str:
+    """``%<op>_copy``: where the reverse reads each operand, its copy on the tape
+    (at ``offsets[op]`` in ``%slot``) or, not recorded, its own memory."""
+    return "".join(f"  %{op}_read = getelementptr i8, ptr %slot, i64 {offsets[op]}\n" if rec
+                   else f"  %{op}_read = getelementptr i8, ptr %{op}, i64 0\n"
+                   for op, rec in recorded.items())
+
+
 def _kind_branches(body):
     """IR running ``body(ty, size)`` for the element type of the call."""
     return "".join(f"{ty}:\n{body(ty, size)}  br label %done\n"
@@ -86,7 +119,7 @@ _GEMM_SIZES = """  %a_n = icmp eq i8 %transa, 110
   %size = select i1 %is_float, i64 4, i64 8
   %a_bytes = mul i64 %a_count, %size
   %b_bytes = mul i64 %b_count, %size
-  %ab_bytes = add i64 %a_bytes, %b_bytes
+{taped}  %ab_bytes = add i64 %a_taped, %b_taped
   %scalars = add i64 %ab_bytes, 16
   %padded = add i64 %scalars, 7
   %total = and i64 %padded, -8
@@ -101,14 +134,14 @@ def gemm_reverse(deriv) -> str:
     call = _GEMM_CALL.format(ta="%transa", tb="%transb", m="%m", n="%n", k="%k",
                              alpha="%alpha", a="%a", lda="%lda", b="%b", ldb="%ldb",
                              beta="%beta", c="%c", ldc="%ldc")
+    recorded = _recorded(deriv, {"a": ("b",), "b": ("a",)})
+    sizes = _GEMM_SIZES.format(taped=_taped_bytes(recorded))
+    operands = _operand_sources(recorded, {"a": "0", "b": "%a_taped"})
     aug = f"""
 define internal i32 @"{deriv.aug_name}"({params}) {{
 entry:
-{_GEMM_SIZES}  %slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 %total)
-  call void @llvm.memcpy.p0.p0.i64(ptr %slot, ptr %a, i64 %a_bytes, i1 false)
-  %b_copy = getelementptr i8, ptr %slot, i64 %a_bytes
-  call void @llvm.memcpy.p0.p0.i64(ptr %b_copy, ptr %b, i64 %b_bytes, i1 false)
-  %scalar_slot = getelementptr i8, ptr %slot, i64 %ab_bytes
+{sizes}  %slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 %total)
+{operands}{_copies(recorded)}  %scalar_slot = getelementptr i8, ptr %slot, i64 %ab_bytes
   call void @llvm.memcpy.p0.p0.i64(ptr %scalar_slot, ptr %alpha, i64 %size, i1 false)
   %beta_slot = getelementptr i8, ptr %scalar_slot, i64 8
   call void @llvm.memcpy.p0.p0.i64(ptr %beta_slot, ptr %beta, i64 %size, i1 false)
@@ -128,9 +161,9 @@ da.{ty}:
   %tb1.{ty} = select i1 %a_n, i8 %flip_b.{ty}, i8 116
   %m1.{ty} = select i1 %a_n, i64 %m, i64 %k
   %n1.{ty} = select i1 %a_n, i64 %k, i64 %m
-  %p1.{ty} = select i1 %a_n, ptr {s["c"]}, ptr %b_copy
+  %p1.{ty} = select i1 %a_n, ptr {s["c"]}, ptr %b_read
   %l1.{ty} = select i1 %a_n, i64 %ldc, i64 %ldb
-  %q1.{ty} = select i1 %a_n, ptr %b_copy, ptr {s["c"]}
+  %q1.{ty} = select i1 %a_n, ptr %b_read, ptr {s["c"]}
   %r1.{ty} = select i1 %a_n, i64 %ldb, i64 %ldc
   %s1.{ty} = {_GEMM_CALL.format(ta=f"%ta1.{ty}", tb=f"%tb1.{ty}", m=f"%m1.{ty}",
                                   n=f"%n1.{ty}", k="%n", alpha="%alpha_copy",
@@ -146,9 +179,9 @@ db_do.{ty}:
   %tb2.{ty} = select i1 %b_n, i8 110, i8 %transa
   %m2.{ty} = select i1 %b_n, i64 %k, i64 %n
   %n2.{ty} = select i1 %b_n, i64 %n, i64 %k
-  %p2.{ty} = select i1 %b_n, ptr %slot, ptr {s["c"]}
+  %p2.{ty} = select i1 %b_n, ptr %a_read, ptr {s["c"]}
   %l2.{ty} = select i1 %b_n, i64 %lda, i64 %ldc
-  %q2.{ty} = select i1 %b_n, ptr {s["c"]}, ptr %slot
+  %q2.{ty} = select i1 %b_n, ptr {s["c"]}, ptr %a_read
   %r2.{ty} = select i1 %b_n, i64 %ldc, i64 %lda
   %s2.{ty} = {_GEMM_CALL.format(ta=f"%ta2.{ty}", tb=f"%tb2.{ty}", m=f"%m2.{ty}",
                                   n=f"%n2.{ty}", k="%m", alpha="%alpha_copy",
@@ -162,9 +195,8 @@ dc.{ty}:
     rev = f"""
 define internal void @"{deriv.rev_name}"({params}) {{
 entry:
-{_GEMM_SIZES}  %slot = call ptr @{POP}(ptr %"enzpy.tape", i64 %total)
-  %b_copy = getelementptr i8, ptr %slot, i64 %a_bytes
-  %alpha_copy = getelementptr i8, ptr %slot, i64 %ab_bytes
+{sizes}  %slot = call ptr @{POP}(ptr %"enzpy.tape", i64 %total)
+{operands}  %alpha_copy = getelementptr i8, ptr %slot, i64 %ab_bytes
   %beta_copy = getelementptr i8, ptr %alpha_copy, i64 8
   %no_c = icmp eq ptr {s["c"]}, null
   %no_a = icmp eq ptr {s["a"]}, null
@@ -224,7 +256,7 @@ _GEMV_SIZES = """  %t_n = icmp eq i8 %trans, 110
   %size = select i1 %is_float, i64 4, i64 8
   %a_bytes = mul i64 %a_count, %size
   %x_bytes = mul i64 %x_len, %size
-  %ax_bytes = add i64 %a_bytes, %x_bytes
+{taped}  %ax_bytes = add i64 %a_taped, %x_taped
   %scalars = add i64 %ax_bytes, 16
   %padded = add i64 %scalars, 7
   %total = and i64 %padded, -8
@@ -236,14 +268,14 @@ def gemv_reverse(deriv) -> str:
     dy x^T (trans 'n') or alpha x dy^T ('t'), dy *= beta."""
     s = _shadows(deriv, "~s.")
     params = ", ".join(deriv.params)
+    recorded = _recorded(deriv, {"a": ("x",), "x": ("a",)})
+    sizes = _GEMV_SIZES.format(taped=_taped_bytes(recorded))
+    operands = _operand_sources(recorded, {"a": "0", "x": "%a_taped"})
     aug = f"""
 define internal i32 @"{deriv.aug_name}"({params}) {{
 entry:
-{_GEMV_SIZES}  %slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 %total)
-  call void @llvm.memcpy.p0.p0.i64(ptr %slot, ptr %a, i64 %a_bytes, i1 false)
-  %x_copy = getelementptr i8, ptr %slot, i64 %a_bytes
-  call void @llvm.memcpy.p0.p0.i64(ptr %x_copy, ptr %x, i64 %x_bytes, i1 false)
-  %alpha_copy = getelementptr i8, ptr %slot, i64 %ax_bytes
+{sizes}  %slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 %total)
+{operands}{_copies(recorded)}  %alpha_copy = getelementptr i8, ptr %slot, i64 %ax_bytes
   call void @llvm.memcpy.p0.p0.i64(ptr %alpha_copy, ptr %alpha, i64 %size, i1 false)
   %beta_copy = getelementptr i8, ptr %alpha_copy, i64 8
   call void @llvm.memcpy.p0.p0.i64(ptr %beta_copy, ptr %beta, i64 %size, i1 false)
@@ -259,15 +291,15 @@ entry:
   br i1 %no_x, label %da.{ty}, label %dx.{ty}
 dx.{ty}:
   %flip.{ty} = select i1 %t_n, i8 116, i8 110
-  %s1.{ty} = {_GEMV_CALL.format(trans=f"%flip.{ty}", alpha="%alpha_copy", a="%slot",
+  %s1.{ty} = {_GEMV_CALL.format(trans=f"%flip.{ty}", alpha="%alpha_copy", a="%a_read",
                                   x=s["y"], beta=f"%one.{ty}", y=s["x"])}
   br label %da.{ty}
 da.{ty}:
   br i1 %no_a, label %dy.{ty}, label %da_do.{ty}
 da_do.{ty}:
   ; dA(m x n) += alpha p q^T, (p, q) = (dy, x) for 'n', (x, dy) for 't'
-  %p.{ty} = select i1 %t_n, ptr {s["y"]}, ptr %x_copy
-  %q.{ty} = select i1 %t_n, ptr %x_copy, ptr {s["y"]}
+  %p.{ty} = select i1 %t_n, ptr {s["y"]}, ptr %x_read
+  %q.{ty} = select i1 %t_n, ptr %x_read, ptr {s["y"]}
   %s2.{ty} = {_GEMM_CALL.format(ta="110", tb="116", m="%m", n="%n", k="1",
                                   alpha="%alpha_copy", a=f"%p.{ty}", lda="%m_ld",
                                   b=f"%q.{ty}", ldb="%n_ld", beta=f"%one.{ty}", c=s["a"],
@@ -280,9 +312,8 @@ dy.{ty}:
     rev = f"""
 define internal void @"{deriv.rev_name}"({params}) {{
 entry:
-{_GEMV_SIZES}  %slot = call ptr @{POP}(ptr %"enzpy.tape", i64 %total)
-  %x_copy = getelementptr i8, ptr %slot, i64 %a_bytes
-  %alpha_copy = getelementptr i8, ptr %slot, i64 %ax_bytes
+{sizes}  %slot = call ptr @{POP}(ptr %"enzpy.tape", i64 %total)
+{operands}  %alpha_copy = getelementptr i8, ptr %slot, i64 %ax_bytes
   %beta_copy = getelementptr i8, ptr %alpha_copy, i64 8
   %m_big = icmp sgt i64 %m, 1
   %m_ld = select i1 %m_big, i64 %m, i64 1
@@ -339,38 +370,35 @@ def dot_reverse(deriv) -> str:
     """Aug/rev pair of ``numba_xxdot``: a' += g b, b' += g a."""
     s = _shadows(deriv, "~s.")
     params = ", ".join(deriv.params)
-    sizes = """  %is_double = icmp eq i8 %kind, 100
+    recorded = _recorded(deriv, {"a": ("b",), "b": ("a",)})
+    def tape_slot(take):
+        return f"""  %is_double = icmp eq i8 %kind, 100
   %size = select i1 %is_double, i64 8, i64 4
-  %bytes = mul i64 %n, %size
-  %twice = shl i64 %bytes, 1
-  %padded = add i64 %twice, 7
-  %total = and i64 %padded, -8"""
+  %a_bytes = mul i64 %n, %size
+  %b_bytes = mul i64 %n, %size
+{_taped_bytes(recorded)}  %ab_bytes = add i64 %a_taped, %b_taped
+  %padded = add i64 %ab_bytes, 7
+  %total = and i64 %padded, -8
+  %slot = call ptr @{take}(ptr %"enzpy.tape", i64 %total)
+{_operand_sources(recorded, {"a": "0", "b": "%a_taped"})}"""
     aug = f"""
 define internal i32 @"{deriv.aug_name}"({params}) {{
 entry:
   %status = call i32 @numba_xxdot(i8 %kind, i8 %conj, i64 %n, ptr %a, ptr %b, ptr %out)
-{sizes}
-  %slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 %total)
-  call void @llvm.memcpy.p0.p0.i64(ptr %slot, ptr %a, i64 %bytes, i1 false)
-  %bcopy = getelementptr i8, ptr %slot, i64 %bytes
-  call void @llvm.memcpy.p0.p0.i64(ptr %bcopy, ptr %b, i64 %bytes, i1 false)
-  ret i32 %status
+{tape_slot(PUSH)}{_copies(recorded)}  ret i32 %status
 }}
 """
     branches = "".join(f"""{ty}:
   %g.{ty} = load {ty}, ptr {s["out"]}
   store {ty} 0.0, ptr {s["out"]}
-  call void @enzpy.axpy.{ty}(i64 %n, {ty} %g.{ty}, ptr %bcopy, ptr {s["a"]})
-  call void @enzpy.axpy.{ty}(i64 %n, {ty} %g.{ty}, ptr %slot, ptr {s["b"]})
+  call void @enzpy.axpy.{ty}(i64 %n, {ty} %g.{ty}, ptr %b_read, ptr {s["a"]})
+  call void @enzpy.axpy.{ty}(i64 %n, {ty} %g.{ty}, ptr %a_read, ptr {s["b"]})
   br label %done
 """ for ty in ("double", "float"))
     rev = f"""
 define internal void @"{deriv.rev_name}"({params}) {{
 entry:
-{sizes}
-  %slot = call ptr @{POP}(ptr %"enzpy.tape", i64 %total)
-  %bcopy = getelementptr i8, ptr %slot, i64 %bytes
-  %no_out = icmp eq ptr {s["out"]}, null
+{tape_slot(POP)}  %no_out = icmp eq ptr {s["out"]}, null
   br i1 %no_out, label %done, label %has_out
 has_out:
   br i1 %is_double, label %double, label %float

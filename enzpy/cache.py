@@ -19,7 +19,8 @@ from . import rules
 from .errors import UnsupportedError
 from .frontend import array_meminfo_params, data_pointer_types, demangle, signature_of
 from .ir import local, tangent_name
-from .analysis import RESIZERS, ReadOnlyMemory, split_loop_exits, untie_carried_selects
+from .analysis import (RESIZERS, ReadOnlyMemory, pointer_roots, split_loop_exits,
+                       untie_carried_selects)
 from .custom import rule_for
 from .parallel import DISCARD, name_parallel_loops
 from .typeddict import name_dict_calls
@@ -180,17 +181,35 @@ class ModuleBuilder:
         low = self.lowered.get(symbol)
         return (low.argtypes, low.restype) if low is not None else signature_of(symbol)
 
+    def stable_operands(self, fn, ins) -> frozenset:
+        """Indices of the pointer arguments of call ``ins`` in ``fn`` that a rule
+        covering the callee may read again in the reverse sweep instead of
+        recording them: memory nothing writes during the differentiated call
+        (kept alive until the reverse sweep: see ``ShadowMemory.freed_by_primal``),
+        and not a stack slot (gone when the reverse sweep runs). Empty unless
+        the rule asks (``FunctionRule.rereads_operands``)."""
+        rule = rule_for(ins.callee, self.module)[0]
+        if self.mode == "forward" or rule is None or not rule.rereads_operands:
+            return frozenset()
+        stack = {name for name, d in fn.defs.items() if d.opcode == "alloca"}
+        return frozenset(k for k, a in enumerate(ins.args) if a.type == "ptr"
+                         and self.readonly.is_readonly(fn, a)
+                         and not any(name in stack for _, name in pointer_roots(fn, a)))
+
     def call_propagates(self, ins) -> bool:
         """Whether a call's float result depends on its float arguments."""
         if rules.INACTIVE_CALLS.match(ins.callee):
             return False
         return True
 
-    def derivative(self, symbol, activity, atomic=False):
+    def derivative(self, symbol, activity, atomic=False, stable=frozenset()):
         """The derivative of ``symbol`` for ``activity``; ``atomic``: its
         reverse accumulates into shadow memory atomically (it runs on several
-        threads at once: the body of a parallel loop, and its callees)."""
-        key = (self.mode, symbol, tuple(activity), atomic, self._memory_facts(symbol))
+        threads at once: the body of a parallel loop, and its callees);
+        ``stable``: the indices of pointer arguments whose memory nothing writes
+        during the call (``stable_operands``), which a rule's reverse may read
+        again instead of recording."""
+        key = (self.mode, symbol, tuple(activity), atomic, self._memory_facts(symbol), stable)
         if self._generating:
             self._caller.setdefault(symbol, self._generating[-1].fn.name)
         found = self.derivatives.get(key)
@@ -213,7 +232,7 @@ class ModuleBuilder:
             else:
                 split_loop_exits(fn)
                 untie_carried_selects(fn)
-                found = FunctionDerivative(fn, activity, index, atomic)
+                found = FunctionDerivative(fn, activity, index, atomic, stable)
             self.derivatives[key] = found
             self._pending.append(found)
         return found

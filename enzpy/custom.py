@@ -21,6 +21,11 @@ from .ir import Function, local, tangent_name
 class FunctionRule:
     """A derivative for the functions it covers."""
 
+    # Whether the reverse reads operands again that the call site proves
+    # unchanged (``FunctionDerivative.stable``) instead of recording them: the
+    # derivative is then written per set of such operands.
+    rereads_operands = False
+
     def signature(self, name, module):
         """A signature-only Function model if this rule covers ``name``, else None."""
         raise NotImplementedError
@@ -45,6 +50,7 @@ class FunctionRule:
 
 
 class BlasRule(FunctionRule):
+    rereads_operands = True
     _RULES = {"numba_xxdot": (blas.dot_reverse, blas.dot_forward),
               "numba_xxgemv": (blas.gemv_reverse, blas.gemv_forward),
               "numba_xxgemm": (blas.gemm_reverse, blas.gemm_forward)}

@@ -191,6 +191,7 @@ class DerivativeGenerator:
                       if any(kind == "arg" and index in user_args
                              for kind, index in self._roots(a))}
             self.builder.user_args.setdefault(ins.callee, set()).update(passed)
-            self.calls[key] = self.builder.derivative(ins.callee, self._callee_activity(ins),
-                                                      getattr(self.d, "atomic", False))
+            self.calls[key] = self.builder.derivative(
+                ins.callee, self._callee_activity(ins), getattr(self.d, "atomic", False),
+                self.builder.stable_operands(self.fn, ins))
         return self.calls[key]

@@ -79,10 +79,11 @@ class Lazy(Value):
 class FunctionDerivative:
     """Names and signature of one (function, activity) derivative pair."""
 
-    def __init__(self, fn, activity, index, atomic=False):
+    def __init__(self, fn, activity, index, atomic=False, stable=frozenset()):
         self.fn = fn
         self.activity = tuple(activity)
         self.atomic = atomic
+        self.stable = stable
         base = f"enzpy.d{index}.{fn.name}"
         self.aug_name = base + ".aug"
         self.rev_name = base + ".rev"

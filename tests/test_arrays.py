@@ -372,6 +372,69 @@ def test_matrix_product_through_blas():
 
 
 @njit
+def matmul_sum(A, B):
+    return (A @ B).sum()
+
+
+@njit
+def dot_sq(a, b):
+    return np.dot(a, b) ** 2
+
+
+@njit
+def products_then_overwrite(A, B, x):
+    # every operand is written after the products: the reverse needs the old values
+    y = A @ x
+    C = A @ B
+    t = np.dot(x, y) + (C * C).sum()
+    A[:] = 0.5 * A
+    B[0, 0] = 3.0
+    x[:] = x * x
+    return t + A.sum() + B.sum() + x.sum()
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_operands_written_after_a_product_are_recorded(n):
+    rng = np.random.default_rng(n)
+    args = [rng.standard_normal((n, n)), rng.standard_normal((n, n)), rng.standard_normal(n)]
+    work = [a.copy() for a in args]
+    shadows = [np.zeros_like(a) for a in args]
+    autodiff(Reverse, products_then_overwrite, *map(Duplicated, work, shadows))
+    for wrt, shadow in enumerate(shadows):
+        np.testing.assert_allclose(shadow, fd_gradient(products_then_overwrite, args, wrt),
+                                   rtol=1e-5, atol=1e-7)
+
+
+def _tape_bytes(f, args):
+    """The tape one call of f's gradient takes."""
+    def call():
+        autodiff(Reverse, f, *[Duplicated(a.copy(), np.zeros_like(a)) for a in args])
+    call()
+    report = enzpy.build_report(f)[-1]
+    report.peak_tape_bytes = 0
+    call()
+    return report.peak_tape_bytes
+
+
+def test_products_of_inputs_record_no_operand():
+    # The reverse of A @ x reads A and x again: nothing writes them during the
+    # call, so the tape does not grow with their size (16 bytes a row of A @ B:
+    # the 2-D sum's loop, not the product).
+    rng = np.random.default_rng(0)
+    for f, shapes in ((matvec, lambda n: [(n, n), (n,)]), (matmul_sum, lambda n: [(n, n)] * 2),
+                      (dot_sq, lambda n: [(n,), (n,)])):
+        small, large = ([rng.standard_normal(s) for s in shapes(n)] for n in (3, 300))
+        growth = _tape_bytes(f, large) - _tape_bytes(f, small)
+        assert growth <= (16 * 297 if f is matmul_sum else 0), (f.__name__, growth)
+        for wrt in range(2):
+            check(f, small, wrt=wrt)
+    # written after the products: recorded (n^2 + n elements per product at least)
+    small, large = ([rng.standard_normal(s) for s in [(n, n), (n, n), (n,)]] for n in (3, 300))
+    assert _tape_bytes(products_then_overwrite, large) - \
+        _tape_bytes(products_then_overwrite, small) >= 8 * (300 ** 2 - 9)
+
+
+@njit
 def carried_fresh_arrays(s0, steps):
     # a new array every step, carried to the next one (the JAX scan pattern)
     s = s0.copy()
