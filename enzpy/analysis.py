@@ -470,12 +470,42 @@ class ReadOnlyMemory:
         self.roots = {}
         self.written = {name: set() for name in module.functions}
         self.unknown_write = False
+        self.never_run = self._never_run()
         self.fresh_returning = self._fresh_returning()
         self._fresh_loads = {}        # (function, pointer) -> _made_during_call
         self._propagate_writes()
         self.readonly = {name: {r for r in self._all_roots(fn) if r not in self.written[name]}
                          for name, fn in module.functions.items()}
         self._propagate_call_sites()
+
+    def _never_run(self) -> set:
+        """Functions nothing calls and whose address is only stored to memory,
+        in a module without indirect calls: they cannot run during the call
+        (an address handed to a call, e.g. a destructor given to Numba's
+        runtime, may be called there), so their writes are none of its writes.
+        These are Numba's ``__excinfo_unwrap_args`` functions, which rebuild an
+        exception's arguments as Python objects once the compiled code has
+        returned: their address is stored into the exception's record."""
+        called, stored, other = set(), set(), set()
+        for fn in self.module.functions.values():
+            for b in fn.blocks:
+                for ins in b.instructions:
+                    if ins.opcode in ("call", "invoke") and not ins.callee:
+                        return set()
+                    if ins.opcode in ("call", "invoke"):
+                        called.add(ins.callee)
+                        other.update(o.name for o in ins.args if o.kind == "global")
+                    elif ins.opcode == "store" and ins.operands[0].kind == "global":
+                        stored.add(ins.operands[0].name)
+                    else:
+                        other.update(o.name for o in ins.operands if o.kind == "global")
+        return {name for name in self.module.functions
+                if name in stored and name not in called and name not in other}
+
+    def _running(self):
+        """(name, function) of the functions that may run during the call."""
+        return ((name, fn) for name, fn in self.module.functions.items()
+                if name not in self.never_run)
 
     def _roots(self, fn, value):
         key = (fn.name, value.ref)
@@ -603,7 +633,7 @@ class ReadOnlyMemory:
         changed = True
         while changed:
             changed = False
-            for name, fn in self.module.functions.items():
+            for name, fn in self._running():
                 for ptr in self._writes(fn):
                     for root in self._roots(fn, ptr):
                         if root[0] == "unknown" and self._made_during_call(fn, root[1]):
@@ -619,7 +649,7 @@ class ReadOnlyMemory:
         changed = True
         while changed:
             changed = False
-            for name, fn in self.module.functions.items():
+            for name, fn in self._running():
                 for b in fn.blocks:
                     for ins in b.instructions:
                         if ins.opcode != "call" or ins.callee not in self.module.functions:

@@ -215,6 +215,35 @@ def test_read_only_input_keeps_tape_constant():
 
 
 @njit
+def checked_sum_of_squares(x):
+    n = x.shape[0]
+    if n == 3:
+        raise ValueError("bad length:", n)      # a message built at run time
+    total = 0.0
+    for i in range(n):
+        total += x[i] * x[i]
+    return total
+
+
+def test_exception_with_run_time_message_keeps_inputs_read_only():
+    # Numba builds such an exception's arguments in a function it stores into the
+    # exception's record, run after the compiled code returns: its writes are
+    # not the call's, and the input is still read again instead of recorded.
+    peaks = []
+    for n in (10, 1000):
+        x = np.linspace(0.0, 1.0, n)
+        dx = np.zeros(n)
+        peaks.append(_tape_bytes(checked_sum_of_squares, [x]))
+        autodiff(Reverse, checked_sum_of_squares, Duplicated(x, dx))
+        np.testing.assert_allclose(dx, 2 * x)
+    assert peaks[0] == peaks[1]
+    dx = np.zeros(3)
+    with pytest.raises(ValueError, match="bad length"):
+        autodiff(Reverse, checked_sum_of_squares, Duplicated(np.ones(3), dx))
+    assert not dx.any()
+
+
+@njit
 def numpy_sum(x):
     return np.sum(x)
 
