@@ -19,7 +19,8 @@ from llvmlite import binding as llvm
 from llvmlite import ir as llir
 from numba import njit, types
 from numba.core import cgutils
-from numba.extending import get_cython_function_address, intrinsic
+from numba.extending import get_cython_function_address, intrinsic, overload
+from numba.np import linalg as numba_linalg
 
 from .userrules import builtin_vjp
 
@@ -213,38 +214,107 @@ _rule("inv_impl", _inv_fwd, _inv_bwd, _inv_jvp)
 
 
 # -- det(a), slogdet(a) -----------------------------------------------------------------------
+# Both derivatives need inv(a), and one LU factorization gives the determinant
+# and the inverse (LAPACK getrf, then getri): the gradient costs the inverse's
+# price, not a second factorization on top of it.
+def _lu_slogdet_inverse(a):
+    """(sign, log|det a|, inv(a)) from one LU factorization."""
+    raise NotImplementedError
+
+
+@overload(_lu_slogdet_inverse)
+def _ol_lu_slogdet_inverse(a):
+    lapack = numba_linalg._LAPACK()
+    getrf = lapack.numba_xxgetrf(a.dtype)
+    getri = lapack.numba_ez_xxgetri(a.dtype)
+    kind = ord(numba_linalg.get_blas_kind(a.dtype, "slogdet"))
+    diagonal_walk = numba_linalg._get_slogdet_diag_walker(a)
+    pivot_type = numba_linalg.F_INT_nptype
+    copy_to_fortran = numba_linalg._copy_to_fortran_order
+    check_finite = numba_linalg._check_finite_matrix
+    lapack_error = numba_linalg._inv_err_handler
+    keep_alive = numba_linalg._dummy_liveness_func
+
+    def impl(a):
+        n = a.shape[-1]
+        if a.shape[-2] != n:
+            raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square.")
+        check_finite(a)
+        lu = copy_to_fortran(a)
+        if n == 0:
+            return 1.0, 0.0, lu
+        pivots = np.empty(n, dtype=pivot_type)
+        # a singular matrix raises LinAlgError: the derivative needs its inverse
+        lapack_error(getrf(kind, n, n, lu.ctypes, n, pivots.ctypes))
+        parity = 1                  # np.linalg.slogdet's sign of the permutation
+        for k in range(n):
+            parity = parity + (pivots[k] != (k + 1))
+        parity = parity & 1
+        if parity == 0:
+            parity = -1
+        sign, logdet = diagonal_walk(n, lu, parity)
+        lapack_error(getri(kind, n, lu.ctypes, n, pivots.ctypes))
+        keep_alive([lu.size, pivots.size])
+        return sign, logdet, lu
+
+    return impl
+
+
+@njit(cache=True)
+def _slogdet_inverse(a):
+    """``np.linalg.slogdet(a)`` and ``np.linalg.inv(a)`` (one factorization)."""
+    return _lu_slogdet_inverse(a)
+
+
+def _slogdet_inverse_fwd(a):
+    sign, logdet, ainv = _slogdet_inverse(a)
+    return (sign, logdet, ainv), ainv
+
+
+def _slogdet_inverse_bwd(ainv, g):
+    _, glog, ginv = g
+    return (glog * ainv.T - ainv.T @ ginv @ ainv.T,)
+
+
+# (reverse mode only: second order differentiates det's and slogdet's jvp rules
+# in reverse, and no rule's forward mode calls it)
+builtin_vjp(__name__, "_slogdet_inverse", _slogdet_inverse_fwd, _slogdet_inverse_bwd)
+
+
 def _det_fwd(a):
-    d = np.linalg.det(a)
-    return d, (a, d)
+    sign, logdet, ainv = _slogdet_inverse(a)
+    d = sign * np.exp(logdet)           # (as np.linalg.det)
+    return d, (d, ainv)
 
 
 def _det_bwd(res, g):
-    a, d = res
-    return (g * d * np.linalg.inv(a).T,)
+    d, ainv = res
+    return (g * d * ainv.T,)
 
 
 def _det_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
-    d = np.linalg.det(a)
-    return d, d * np.sum(np.linalg.inv(a).T * da)
+    sign, logdet, ainv = _slogdet_inverse(a)
+    d = sign * np.exp(logdet)
+    return d, d * np.sum(ainv.T * da)
 
 
 _rule("det_impl", _det_fwd, _det_bwd, _det_jvp)
 
 
 def _slogdet_fwd(a):
-    sign, logdet = np.linalg.slogdet(a)
-    return (sign, logdet), a
+    sign, logdet, ainv = _slogdet_inverse(a)
+    return (sign, logdet), ainv
 
 
-def _slogdet_bwd(a, g):
-    return (g[1] * np.linalg.inv(a).T,)
+def _slogdet_bwd(ainv, g):
+    return (g[1] * ainv.T,)
 
 
 def _slogdet_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
-    sign, logdet = np.linalg.slogdet(a)
-    return (sign, logdet), (0.0 * sign, np.sum(np.linalg.inv(a).T * da))
+    sign, logdet, ainv = _slogdet_inverse(a)
+    return (sign, logdet), (0.0 * sign, np.sum(ainv.T * da))
 
 
 _rule("slogdet_impl", _slogdet_fwd, _slogdet_bwd, _slogdet_jvp)

@@ -1,14 +1,16 @@
-"""enzpy's own triangular solve (BLAS trsm, enzpy/linalg.py), which the rules of
-cholesky (and their second order) use: its values, and its rule in reverse mode,
-forward mode and second order, against finite differences. Only the triangle
-``lower`` names is read: the other one carries no derivative."""
+"""The linear algebra helpers enzpy's own rules call (enzpy/linalg.py), each
+with a rule of its own: the triangular solve (BLAS trsm) of cholesky's rules,
+and the determinant and inverse from one LU factorization of det's and
+slogdet's. Their values, and their rules in reverse mode, forward mode and
+second order, against finite differences. Only the triangle ``lower`` names is
+read by the triangular solve: the other one carries no derivative."""
 import numpy as np
 import pytest
 from numba import njit
 
 import enzpy
 from enzpy import Const, Duplicated, Forward, Reverse, autodiff
-from enzpy.linalg import _trsolve
+from enzpy.linalg import _slogdet_inverse, _trsolve
 
 CASES = [(lower, trans) for lower in (True, False) for trans in (False, True)]
 
@@ -91,3 +93,80 @@ def test_second_order(lower, trans):
     want = (gradient(t + h * v) - gradient(t - h * v)) / (2 * h)
     got = enzpy.hvp(_squared, t, v, b, lower, trans)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+# -- sign, log|det| and inverse from one LU factorization ------------------------------------
+@njit
+def _logdet_and_inverse(a, w):
+    sign, logdet, ainv = _slogdet_inverse(a)
+    return sign * logdet + (w * ainv).sum()
+
+
+@njit
+def _numba_slogdet(a):
+    return np.linalg.slogdet(a)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_slogdet_inverse_values(n, dtype):
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((n, n)).astype(dtype)
+    a[0] *= -1.0                                   # negative determinants too
+    sign, logdet, ainv = _slogdet_inverse(a)
+    assert (sign, logdet) == _numba_slogdet(a)         # the same factorization and walk
+    want_sign, want_logdet = np.linalg.slogdet(a.astype(np.float64))
+    assert sign == want_sign
+    assert logdet == pytest.approx(want_logdet, rel=1e-5 if dtype == np.float32 else 1e-12)
+    np.testing.assert_allclose(ainv, np.linalg.inv(a.astype(np.float64)),
+                               rtol=1e-3 if dtype == np.float32 else 1e-10, atol=1e-5)
+    assert ainv.dtype == dtype
+
+
+def test_slogdet_inverse_rule_in_reverse_mode():
+    rng = np.random.default_rng(7)
+    a, w = rng.standard_normal((4, 4)) + 2.0 * np.eye(4), rng.standard_normal((4, 4))
+    da = np.zeros_like(a)
+    autodiff(Reverse, _logdet_and_inverse, Duplicated(a, da), Const(w))
+    np.testing.assert_allclose(da, _fd(lambda x: _logdet_and_inverse(x, w), a),
+                               rtol=1e-6, atol=1e-8)
+
+
+@njit
+def _det(a):
+    return np.linalg.det(a)
+
+
+@njit
+def _logabsdet(a):
+    return np.linalg.slogdet(a)[1]
+
+
+def test_det_and_slogdet_of_a_singular_matrix_raise_and_write_nothing():
+    # the derivative needs the inverse: LinAlgError, as the primal's np.linalg.inv
+    a = np.array([[1.0, 2.0], [2.0, 4.0]])
+    for f in (_det, _logabsdet):
+        da = np.zeros_like(a)
+        with pytest.raises(np.linalg.LinAlgError, match="singular"):
+            autodiff(Reverse, f, Duplicated(a, da))
+        assert not da.any()
+
+
+@pytest.mark.parametrize("f", [_det, _logabsdet], ids=["det", "slogdet"])
+def test_det_and_slogdet_in_forward_mode_and_second_order(f):
+    # second order differentiates their jvp rules in reverse, through the rule above
+    rng = np.random.default_rng(8)
+    a, v = rng.standard_normal((4, 4)), rng.standard_normal((4, 4))
+    a[0] *= -1.0
+
+    def gradient(x):
+        g = np.zeros_like(x)
+        autodiff(Reverse, f, Duplicated(x, g))
+        return g
+
+    np.testing.assert_allclose(gradient(a), _fd(f, a), rtol=1e-6, atol=1e-8)
+    (tangent,) = autodiff(Forward, f, Duplicated(a, v))
+    assert tangent == pytest.approx(np.sum(gradient(a) * v), rel=1e-10)
+    h = 1e-5
+    want = (gradient(a + h * v) - gradient(a - h * v)) / (2 * h)
+    np.testing.assert_allclose(enzpy.hvp(f, a, v), want, rtol=1e-5, atol=1e-7)
