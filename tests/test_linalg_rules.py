@@ -1,7 +1,7 @@
 """The linear algebra helpers enzpy's own rules call (enzpy/linalg.py), each
 with a rule of its own: the triangular solve (BLAS trsm) of cholesky's rules,
 and the determinant and inverse from one LU factorization of det's and
-slogdet's. Their values, and their rules in reverse mode, forward mode and
+slogdet's; and cholesky's blocked reverse sweep. Their values, and their rules in reverse mode, forward mode and
 second order, against finite differences. Only the triangle ``lower`` names is
 read by the triangular solve: the other one carries no derivative."""
 import numpy as np
@@ -10,7 +10,7 @@ from numba import njit
 
 import enzpy
 from enzpy import Const, Duplicated, Forward, Reverse, autodiff
-from enzpy.linalg import _slogdet_inverse, _trsolve
+from enzpy.linalg import _cholesky_adjoint, _slogdet_inverse, _trsolve
 
 CASES = [(lower, trans) for lower in (True, False) for trans in (False, True)]
 
@@ -170,3 +170,45 @@ def test_det_and_slogdet_in_forward_mode_and_second_order(f):
     h = 1e-5
     want = (gradient(a + h * v) - gradient(a - h * v)) / (2 * h)
     np.testing.assert_allclose(enzpy.hvp(f, a, v), want, rtol=1e-5, atol=1e-7)
+
+
+# -- cholesky's blocked reverse sweep ---------------------------------------------------------
+def _cholesky_closed_form(lower, g):
+    """sym(L^-T Phi(L^T g) L^-1), Phi: the lower triangle, its diagonal halved."""
+    p = np.tril(lower.T @ g)
+    p[np.diag_indices_from(p)] *= 0.5
+    s = np.linalg.solve(lower.T, np.linalg.solve(lower.T, p).T)
+    return 0.5 * (s + s.T)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 31, 32, 33, 100, 450])
+def test_cholesky_adjoint_across_blocks(n):
+    # blocks of 32 rows (64 from n = 400): one block, a block and a row, many
+    rng = np.random.default_rng(n)
+    s = rng.standard_normal((n, n))
+    lower = np.linalg.cholesky(s @ s.T + n * np.eye(n))
+    g = rng.standard_normal((n, n))                # (its upper triangle is not read)
+    want = _cholesky_closed_form(lower, g)
+    np.testing.assert_allclose(_cholesky_adjoint(lower, g), want, rtol=0,
+                               atol=1e-12 * np.abs(want).max())
+    got32 = _cholesky_adjoint(lower.astype(np.float32), g.astype(np.float32))
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+@njit
+def _weighted_cholesky(s0, w):
+    return (w * np.linalg.cholesky(0.5 * (s0 + s0.T))).sum()
+
+
+def test_cholesky_gradient_of_a_large_matrix():
+    # several blocks, against a central difference along a random direction
+    rng = np.random.default_rng(9)
+    n = 100
+    s = rng.standard_normal((n, n))
+    a, w, v = s @ s.T + n * np.eye(n), rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    da = np.zeros_like(a)
+    autodiff(Reverse, _weighted_cholesky, Duplicated(a, da), Const(w))
+    h = 1e-6
+    fd = (_weighted_cholesky(a + h * v, w) - _weighted_cholesky(a - h * v, w)) / (2 * h)
+    assert np.sum(da * v) == pytest.approx(fd, rel=1e-6)
