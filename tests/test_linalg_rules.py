@@ -1,9 +1,10 @@
-"""The linear algebra helpers enzpy's own rules call (enzpy/linalg.py), each
-with a rule of its own: the triangular solve (BLAS trsm) of cholesky's rules,
-and the determinant and inverse from one LU factorization of det's and
-slogdet's; and cholesky's blocked reverse sweep. Their values, and their rules in reverse mode, forward mode and
-second order, against finite differences. Only the triangle ``lower`` names is
-read by the triangular solve: the other one carries no derivative."""
+"""The linear algebra helpers enzpy's own rules call (enzpy/linalg.py): the
+triangular solve (BLAS trsm) of cholesky's rules and the determinant and inverse
+from one LU factorization of det's and slogdet's, each with a rule of its own
+(their values, and their rules in reverse mode, forward mode and second order,
+against finite differences; only the triangle ``lower`` names is read by the
+triangular solve: the other one carries no derivative), and cholesky's blocked
+reverse sweep."""
 import numpy as np
 import pytest
 from numba import njit
