@@ -9,8 +9,8 @@ O(n^3). The augmented forward records a copy of an operand on the tape only
 where the reverse reads it (another operand has a shadow) and the call site
 cannot prove that nothing writes it before the reverse sweep runs
 (``ModuleBuilder.stable_operands``): ``A @ x`` of a user's input copies nothing.
-BLAS works on column-major blocks ``(data, leading dimension)``; Numba passes row-major
-arrays as their transposes, which the rules follow without knowing it.
+BLAS works on column-major blocks ``(data, leading dimension)``; Numba passes
+row-major arrays as their transposes, which the rules follow without knowing it.
 
 The element type is fixed per call site (Numba passes it as a constant
 ``kind``: 'd' or 's'); the transposition flags are branched on at run time.
@@ -84,7 +84,7 @@ def _copies(recorded) -> str:
 
 
 def _operand_sources(recorded, offsets) -> str:
-    """``%<op>_copy``: where the reverse reads each operand, its copy on the tape
+    """``%<op>_read``: where the reverse reads each operand: its copy on the tape
     (at ``offsets[op]`` in ``%slot``) or, not recorded, its own memory."""
     return "".join(f"  %{op}_read = getelementptr i8, ptr %slot, i64 {offsets[op]}\n" if rec
                    else f"  %{op}_read = getelementptr i8, ptr %{op}, i64 0\n"
@@ -371,6 +371,7 @@ def dot_reverse(deriv) -> str:
     s = _shadows(deriv, "~s.")
     params = ", ".join(deriv.params)
     recorded = _recorded(deriv, {"a": ("b",), "b": ("a",)})
+
     def tape_slot(take):
         return f"""  %is_double = icmp eq i8 %kind, 100
   %size = select i1 %is_double, i64 8, i64 4

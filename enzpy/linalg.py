@@ -1,8 +1,8 @@
 """Derivatives of NumPy's linear algebra (what Numba sends to LAPACK), as
 matrix-level rules registered on Numba's implementations: the reverse of
-``solve`` is one more solve with the transpose, the reverse of ``cholesky`` two
-triangular solves, and so on, so a derivative costs a small multiple of the
-primal. Each rule is an ordinary pair of ``@njit`` functions (``fwd``, ``bwd``)
+``solve`` is one more solve with the transpose, the reverse of ``cholesky`` a
+blocked sweep of matrix products, and so on, so a derivative costs a small
+multiple of the primal. Each rule is an ordinary pair of ``@njit`` functions (``fwd``, ``bwd``)
 and a ``jvp``, entered through the same door as the users' ``defvjp`` rules;
 their own products and solves are differentiated again for second order.
 
