@@ -37,8 +37,10 @@ helpers returning arrays. Fresh 1-D results may then be updated in place. With
 ``linalg`` too: a well-conditioned matrix built from the arrays in scope
 (diagonally dominant ``np.tanh(S) + (n + 1) * np.eye(n)`` or SPD ``S @ S.T +
 np.eye(n)``) goes to ``np.linalg.solve`` (vector and matrix right-hand sides),
-``inv``, ``det`` and (SPD) ``cholesky`` and sorted ``eigvals``. ``--exclude numpy,linalg`` draws
-exactly the programs drawn before these features existed.
+``inv``, ``det``, ``slogdet`` and (SPD) ``cholesky`` and sorted ``eigvals``. With
+``raises``: checks that raise an exception whose message holds a value (never
+raised at the points tried). ``--exclude numpy,linalg,raises`` draws exactly the
+programs drawn before these features existed.
 
 ``f`` is jitted with ``numba.njit`` and checked with ``enzpy.check_gradient``
 at a few random points, and the primal enzpy computes (``ReverseWithPrimal``)
@@ -90,7 +92,7 @@ import numpy as np
 
 FEATURES = ("branches", "for", "while", "helpers", "recursion", "arrays", "temp_arrays",
             "inplace", "outputs", "array_exprs", "const_args", "layouts", "nested_while",
-            "containers", "numpy", "linalg")
+            "containers", "numpy", "linalg", "raises")
 # Features that hit a known, not yet fixed enzpy bug (left out by
 # --skip-known-bugs and by tests/test_fuzz.py). ``nested_while`` (a while loop
 # inside another loop) was here until 6da8ef7 fixed split_loop_exits.
@@ -381,6 +383,8 @@ class _Gen:
             kinds.append(("inplace", 1.5))
         if self.has("numpy") and depth < 3:
             kinds.append(("numpy", 3.0))
+        if self.has("raises") and depth < 2:
+            kinds.append(("guard", 0.3))
         names, weights = zip(*kinds)
         p = np.array(weights) / sum(weights)
         kind = names[int(self.rng.choice(len(names), p=p))]
@@ -391,6 +395,13 @@ class _Gen:
         line = f"{v} = {self.expr(sc, 3)}"
         sc.floats.append(v)
         return [line]
+
+    def st_guard(self, sc, depth):
+        """A check that never fails here, raising an exception whose message
+        holds a value (Numba builds its arguments in a function stored into the
+        exception's record: not a write of the call)."""
+        v = self.choice(sc.floats)
+        return [f"if abs({v}) > 1e300:", f'    raise ValueError("out of range:", {v})']
 
     def st_update(self, sc, depth):
         u = self.choice(sc.floats)
@@ -925,7 +936,7 @@ class _Gen:
         """A well-conditioned matrix built from the arrays in scope (a diagonally
         dominant ``np.tanh(S) + (n + 1) * np.eye(n)`` or an SPD ``S @ S.T +
         np.eye(n)``), then ``np.linalg.solve`` / ``inv`` / ``cholesky`` / ``det`` /
-        ``eigvals``."""
+        ``slogdet`` / ``eigvals``."""
         lines = []
         if sc.wellcond and self.chance(0.5):
             mat = self.choice(sorted(sc.wellcond))
@@ -949,15 +960,16 @@ class _Gen:
             self.np_register(sc, mat, (n, n))
             sc.wellcond[mat] = kind
         n = sc.arrays[mat][0]
-        ops = ["solve", "solve", "inv", "det"] + (["cholesky", "eigvals"]
-                                                  if sc.wellcond[mat] == "spd" else [])
+        ops = ["solve", "solve", "inv", "det", "slogdet"] + (["cholesky", "eigvals"]
+                                                             if sc.wellcond[mat] == "spd" else [])
         op = self.choice(ops)
-        if op in ("det", "eigvals"):
+        if op in ("det", "slogdet", "eigvals"):
             v = self.fresh("v")
             # (eigenvalues of a symmetric matrix are real; sorted, their order is stable)
-            lines.append(f"{v} = np.linalg.det({mat})" if op == "det" else
-                         f"{v} = (np.sort(np.linalg.eigvals({mat})) * "
-                         f"np.linspace(0.5, 1.5, {n})).sum()")
+            lines.append({"det": f"{v} = np.linalg.det({mat})",
+                          "slogdet": f"{v} = np.linalg.slogdet({mat})[1]",
+                          "eigvals": f"{v} = (np.sort(np.linalg.eigvals({mat})) * "
+                                     f"np.linspace(0.5, 1.5, {n})).sum()"}[op])
             sc.floats.append(v)
             return lines, None
         if op == "solve":

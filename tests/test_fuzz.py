@@ -147,8 +147,8 @@ def test_generator_covers_numpy():
                    "np.log(np.sum(np.exp(", ".reshape(", ".ravel()", ".T", "np.cumsum(",
                    "np.diff(", "np.where(", "np.clip(", "np.maximum(", "np.minimum(", " @ ",
                    "np.dot(", "np.outer(", "np.linalg.solve(", "np.linalg.inv(",
-                   "np.linalg.det(", "np.linalg.cholesky(", "np.linalg.norm(", "np.eye(",
-                   "np.array([", "np.abs("]:
+                   "np.linalg.det(", "np.linalg.slogdet(", "np.linalg.cholesky(",
+                   "np.linalg.norm(", "np.eye(", "np.array([", "np.abs(", "raise ValueError("]:
         assert needle in text, needle
     assert sum(p.uses_numpy for p in progs) > 100
     # without the feature, no NumPy statement and the programs drawn before it existed
