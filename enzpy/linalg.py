@@ -357,10 +357,10 @@ def _cholesky_adjoint_block(lower, abar, j0, k0):
 
 @njit(cache=True)
 def _cholesky_adjoint(lower, g):
-    """abar of a = L L^T (symmetric) from Lbar = g (its lower triangle): Murray's
-    blocked reverse sweep (2016, "Differentiation of the Cholesky decomposition",
-    section 4), from the last block of rows to the first, each block's products
-    done by BLAS: about twice the primal's n^3/3 flops, where the closed form
+    """abar of a = L L^T (symmetric) from Lbar = g (its lower triangle): the
+    blocked reverse sweep of Murray's "Differentiation of the Cholesky
+    decomposition" (2016), from the last block of rows to the first, each block's
+    products done by BLAS: about twice the primal's n^3/3 flops, where the closed form
     sym(L^-T Phi(L^T Lbar) L^-1) takes a product and two triangular solves (4 n^3)."""
     n = lower.shape[0]
     width = 32 if n < 400 else 64        # (level-2 work in the blocks vs. BLAS's)
