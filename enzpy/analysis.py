@@ -490,9 +490,9 @@ class ReadOnlyMemory:
         for fn in self.module.functions.values():
             for b in fn.blocks:
                 for ins in b.instructions:
-                    if ins.opcode in ("call", "invoke") and not ins.callee:
-                        return set()
                     if ins.opcode in ("call", "invoke"):
+                        if not ins.callee:
+                            return set()
                         called.add(ins.callee)
                         other.update(o.name for o in ins.args if o.kind == "global")
                     elif ins.opcode == "store" and ins.operands[0].kind == "global":

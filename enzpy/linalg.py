@@ -2,9 +2,10 @@
 matrix-level rules registered on Numba's implementations: the reverse of
 ``solve`` is one more solve with the transpose, the reverse of ``cholesky`` a
 blocked sweep of matrix products, and so on, so a derivative costs a small
-multiple of the primal. Each rule is an ordinary pair of ``@njit`` functions (``fwd``, ``bwd``)
-and a ``jvp``, entered through the same door as the users' ``defvjp`` rules;
-their own products and solves are differentiated again for second order.
+multiple of the primal. Each rule is an ordinary pair of ``@njit`` functions
+(``fwd``, ``bwd``) and a ``jvp``, entered through the same door as the users'
+``defvjp`` rules; their own products and solves are differentiated again for
+second order.
 
 Formulas: M. Giles, "An extended collection of matrix derivative results for
 forward and reverse mode algorithmic differentiation" (2008); I. Murray,
@@ -381,7 +382,8 @@ def _cholesky_adjoint(lower, g):
             abar[k:, j:k] = cbar
             if j > 0:
                 abar[k:, :j] -= cbar @ left
-            ctc = np.ascontiguousarray(cbar.T) @ below
+            cbar_t = np.ascontiguousarray(cbar.T)
+            ctc = cbar_t @ below
             for a in range(k - j):
                 for b in range(a + 1):
                     abar[j + a, j + b] -= ctc[a, b]
@@ -393,7 +395,7 @@ def _cholesky_adjoint(lower, g):
                     dbar[a, b] = abar[j + a, j + b]
             update = (dbar + dbar.T) @ left
             if k < n:
-                update += np.ascontiguousarray(cbar.T) @ np.ascontiguousarray(lower[k:, :j])
+                update += cbar_t @ np.ascontiguousarray(lower[k:, :j])
             abar[j:k, :j] -= update
         k = j
     return _symmetric_part(abar)

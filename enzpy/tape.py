@@ -48,6 +48,7 @@ SHADOW_DROP = "enzpy.arena.drop"
 _ARENA_CHUNK = 32 << 10        # the first chunk; each next one doubles, up to 1 MiB
 _NEVER_FREED = 1 << 60         # an arena meminfo's reference count
 
+
 def _counted_unless_arena(name: str, refcount: str) -> str:
     """IR of ``name(tape, meminfo)``: ``refcount(meminfo)`` unless the call's
     shadow arrays come from its arena."""
