@@ -416,6 +416,20 @@ def pointee_kinds(fn: Function, ptr):
     return leaf_kinds(ty if offset is None else _field_at(ty, offset))
 
 
+def kinds_from(fn: Function, ptr):
+    """What the memory from ``ptr`` to the end of its allocation may hold (as
+    ``pointee_kinds``): all a callee given ``ptr`` may write. None when unknown."""
+    region = _region(fn, ptr)
+    if region is None:
+        return None
+    ty, offset = region
+    fields = fields_of(ty)
+    if offset is None or not fields:
+        return leaf_kinds(ty)
+    ends = field_offsets(ty)[1:] + [size_and_alignment(ty)[0]]
+    return set().union(*(leaf_kinds(f) for f, end in zip(fields, ends) if end > offset))
+
+
 def _region(fn, value):
     """(type of the allocation, byte offset or None if variable) of a pointer."""
     if value.kind != "inst":
@@ -456,6 +470,38 @@ def _field_at(ty, offset):
     return inside[-1] if inside else ty
 
 
+_WALKING = object()      # (a slot whose contents are being found)
+# Instructions that use a pointer without letting its address escape.
+_ADDRESS_ONLY = ("load", "getelementptr", "bitcast", "addrspacecast", "freeze", "phi", "select",
+                 "icmp", "alloca")
+
+
+def _pointers_in(fn, value) -> list:
+    """The pointers a stored value holds (itself, or the fields of an aggregate built here)."""
+    if value.type == "ptr":
+        return [value]
+    if value.kind == "inst" and contains_pointer(value.type) and \
+            fn.defs[value.name].opcode == "insertvalue":
+        return [p for o in fn.defs[value.name].operands for p in _pointers_in(fn, o)]
+    return []
+
+
+def _as_returned(fn, held):
+    """What ``fn``'s callers see of the pointers it stores through parameter 0:
+    its allocations are memory made during the call ('fresh'); a stack slot
+    of its own would dangle, so it makes the result unknown (None)."""
+    if held is None:
+        return None
+    returned = set()
+    for s in held:
+        if s != "fresh" and s[0] == "local":
+            if fn.defs[s[1]].opcode == "alloca":
+                return None
+            s = "fresh"
+        returned.add(s)
+    return returned
+
+
 class ReadOnlyMemory:
     """Which memory no code writes while a derivative runs.
 
@@ -471,8 +517,10 @@ class ReadOnlyMemory:
         self.written = {name: set() for name in module.functions}
         self.unknown_write = False
         self.never_run = self._never_run()
-        self.fresh_returning = self._fresh_returning()
-        self._fresh_loads = {}        # (function, pointer) -> _made_during_call
+        self._slot_uses = {}          # function name -> {root: [(instruction, how)]}
+        self._held = {}               # (function, roots) -> what that memory may hold
+        self._cycle = set()           # slots being walked that a walk met again
+        self.returned = self._returned()
         self._propagate_writes()
         self.readonly = {name: {r for r in self._all_roots(fn) if r not in self.written[name]}
                          for name, fn in module.functions.items()}
@@ -546,88 +594,176 @@ class ReadOnlyMemory:
                         if a.type == "ptr" and (written is None or k in written):
                             yield a
 
-    # -- memory made during the call ----------------------------------------------
-    # A pointer loaded from a stack slot that only ever holds null or memory
-    # allocated during the call (Numba's return slot of a function returning a
-    # new array) points to memory no argument or other root reaches: a write
-    # there is no write of unknown memory.
-    def _fresh_returning(self) -> set:
-        """Functions whose return slot (parameter 0) only ever receives null or
-        memory allocated during the call: the greatest fixed point (a recursive
-        function returning what its own call returned stays in)."""
-        fresh = set(self.module.functions)
+    # -- pointers held in memory ---------------------------------------------------
+    # Numba returns an array by storing its fields into a stack slot the caller
+    # passes (parameter 0); the caller loads the data pointer back from that slot
+    # and may write through it. Which memory that pointer reaches decides which
+    # of the caller's roots such a write writes: memory allocated during the
+    # callee's call ('fresh': no root of the caller reaches it, and nothing read
+    # through a loaded pointer is ever read-only), or memory of the arguments it
+    # was derived from (a view, or ``np.dot(a, b, out)`` returning ``out``).
+    def _returned(self) -> dict:
+        """name -> what a function stores into memory reached from parameter 0:
+        a set of 'fresh' and ('arg', k) (pointers derived from parameter k), or
+        None when unknown. The least fixed point, callees before callers."""
+        self.returned = {name: set() for name in self.module.functions}
+        order = list(nx.dfs_postorder_nodes(self._call_graph()))
         changed = True
         while changed:
             changed = False
-            for name in list(fresh):
-                if not self._fills_freshly(self.module.functions[name], {("arg", 0)}, fresh):
-                    fresh.discard(name)
+            self._held.clear()         # (computed from the previous round's returns)
+            for name in order:
+                fn = self.module.functions[name]
+                returned = _as_returned(fn, self._held_in(fn, {("arg", 0)}))
+                if returned != self.returned[name] and self.returned[name] is not None:
+                    self.returned[name] = returned
                     changed = True
-        return fresh
+        return self.returned
 
-    def _fills_freshly(self, fn, slot, fresh, seen=frozenset()) -> bool:
-        """Whether every write in ``fn`` to memory with a root in ``slot``
-        stores null or fresh memory (or is a fresh-returning call's return)."""
+    def _call_graph(self):
+        graph = nx.DiGraph()
+        for name, fn in self.module.functions.items():
+            graph.add_node(name)
+            for b in fn.blocks:
+                for ins in b.instructions:
+                    if ins.opcode == "call" and ins.callee in self.module.functions:
+                        graph.add_edge(name, ins.callee)
+        return graph
+
+    def _uses(self, fn) -> dict:
+        """root -> how ``fn`` touches the memory of that root: ``('store', ins)``
+        (a store into it), ``('call', ins, k)`` (passed as argument k of a call
+        that may write it), ``('escape', ins)`` (its address stored, or used other
+        than by loads, stores, calls and address arithmetic)."""
+        uses = self._slot_uses.get(fn.name)
+        if uses is not None:
+            return uses
+        uses = self._slot_uses[fn.name] = {}
+
+        def add(value, use):
+            for root in self._roots(fn, value):
+                uses.setdefault(root, []).append(use)
         for b in fn.blocks:
             for ins in b.instructions:
                 if ins.opcode == "store":
-                    if self._roots(fn, ins.operands[1]) & slot and \
-                            not self._fresh_value(fn, ins.operands[0], fresh, seen):
-                        return False
-                    if ins.operands[0].type == "ptr" and self._roots(fn, ins.operands[0]) & slot:
-                        return False        # (the slot's address escapes)
-                elif ins.opcode == "call" and not (ins.callee or "").startswith(
-                        _NON_WRITING_CALLS):
+                    add(ins.operands[1], ("store", ins))
+                    for p in _pointers_in(fn, ins.operands[0]):
+                        add(p, ("escape", ins))
+                elif ins.opcode == "call":
+                    if (ins.callee or "").startswith(_NON_WRITING_CALLS):
+                        continue
+                    written = None if ins.callee in self.module.functions else next(
+                        (idx for prefix, idx in _WRITTEN_ARGS.items()
+                         if (ins.callee or "").startswith(prefix)), None)
                     for k, a in enumerate(ins.args):
-                        if a.type == "ptr" and self._roots(fn, a) & slot and \
-                                not (k == 0 and ins.callee in fresh):
-                            return False
-        return True
+                        # (a call writing only integers there stores no pointer)
+                        if a.type == "ptr" and (written is None or k in written) and \
+                                "ptr" in (kinds_from(fn, a) or {"ptr"}):
+                            add(a, ("call", ins, k))
+                elif ins.opcode not in _ADDRESS_ONLY:
+                    for o in ins.operands:
+                        if o.type == "ptr":
+                            add(o, ("escape", ins))
+        return uses
 
-    def _fresh_value(self, fn, v, fresh, seen, phis=None) -> bool:
-        """Whether every pointer in ``v`` is null or fresh memory."""
-        if not contains_pointer(v.type):
-            return True
-        if v.kind == "const":
-            return v.ref in ("null", "zeroinitializer", "undef", "poison")
-        if v.kind != "inst":
-            return False
-        ins = fn.defs[v.name]
-        phis = set() if phis is None else phis
-        if ins.opcode in ("phi", "select"):
-            if v.name in phis:
-                return True
-            phis.add(v.name)
-            ops = [o for o, _ in ins.incoming] if ins.opcode == "phi" else ins.operands[1:]
-            return all(self._fresh_value(fn, o, fresh, seen, phis) for o in ops)
+    def _held_in(self, fn, slot):
+        """What the memory of roots ``slot`` of ``fn`` may hold as pointers: a
+        set of 'fresh', ('arg', k) and ('local', name) (allocations and stack
+        slots of ``fn``), or None when unknown. Memoized per round, except what
+        a cycle of slots (assumed to hold nothing more while it is walked) made."""
+        key = (fn.name, frozenset(slot))
+        if key in self._held:
+            got = self._held[key]
+            if got is _WALKING:
+                self._cycle.add(key)
+                return set()
+            return got
+        self._held[key] = _WALKING
+        outer, self._cycle = self._cycle, set()
+        held = set()
+        uses = self._uses(fn)
+        for use in (use for root in slot for use in uses.get(root, ())):
+            if use[0] == "store":
+                got = self._held_by(fn, use[1].operands[0])
+            elif use[0] == "call" and use[2] == 0 and use[1].callee in self.module.functions:
+                got = self._returned_by(fn, use[1])
+            else:
+                got = None
+            if got is None:
+                held = None
+                break
+            held |= got
+        self._cycle.discard(key)
+        if self._cycle:
+            del self._held[key]
+        else:
+            self._held[key] = held
+        self._cycle |= outer
+        return held
+
+    def _returned_by(self, fn, call):
+        """What call ``call`` in ``fn`` stores into memory reached from its argument 0."""
+        returned = self.returned[call.callee]
+        if returned is None:
+            return None
+        held = set()
+        for s in returned:
+            got = {"fresh"} if s == "fresh" else self._held_by(fn, call.args[s[1]])
+            if got is None:
+                return None
+            held |= got
+        return held
+
+    def _held_by(self, fn, value, phis=None):
+        """The pointers in ``value`` (as ``_held_in`` describes them)."""
+        if not contains_pointer(value.type):
+            return set()
+        if value.kind == "const":
+            return set() if value.ref in ("null", "zeroinitializer", "undef", "poison") else None
+        if value.kind == "arg":
+            return {("arg", [a.name for a in fn.args].index(value.name))}
+        if value.kind != "inst":
+            return None
+        ins = fn.defs[value.name]
+        if ins.opcode in ("phi", "select", "insertvalue"):
+            phis = set() if phis is None else phis
+            if value.name in phis:
+                return set()
+            phis.add(value.name)
+            ops = [o for o, _ in ins.incoming] if ins.opcode == "phi" else \
+                ins.operands[1:] if ins.opcode == "select" else ins.operands
+            held = set()
+            for o in ops:
+                got = self._held_by(fn, o, phis)
+                if got is None:
+                    return None
+                held |= got
+            return held
         if ins.opcode in ("getelementptr", "bitcast", "addrspacecast", "freeze") or \
                 ins.callee in DERIVED_POINTERS:
-            return self._fresh_value(fn, ins.operands[0], fresh, seen, phis)
-        if ins.opcode == "insertvalue":
-            return all(self._fresh_value(fn, o, fresh, seen, phis) for o in ins.operands)
+            return self._held_by(fn, ins.operands[0], phis)
         if ins.opcode == "load":
-            return self._fresh_load(fn, ins, fresh, seen)
-        return ins.callee in ALLOCATORS
+            return self.loaded(fn, ins)
+        if ins.opcode == "alloca":
+            return {("local", ins.name)}
+        if ins.callee in ALLOCATORS:
+            return {("local", ins.name)}
+        return None
 
-    def _fresh_load(self, fn, load, fresh, seen=frozenset()) -> bool:
-        """A load from a stack slot only ever filled with null or fresh memory."""
+    def loaded(self, fn, load):
+        """What the pointer ``load`` reads may point to (``_held_in``), when
+        it reads a stack slot of ``fn``; None otherwise."""
         slot = self._roots(fn, load.operands[0])
         if not slot or any(kind != "local" or fn.defs[name].opcode != "alloca"
                            for kind, name in slot):
-            return False
-        if (fn.name, frozenset(slot)) in seen:
-            return True                 # (what the slot holds, stored back)
-        return self._fills_freshly(fn, slot, fresh, seen | {(fn.name, frozenset(slot))})
+            return None
+        return self._held_in(fn, slot)
 
-    def _made_during_call(self, fn, name) -> bool:
-        """Whether the pointer ``name`` is a load of memory made during the call
-        (asked once per pointer: the writes are walked until nothing changes)."""
-        key = (fn.name, name)
-        if key not in self._fresh_loads:
-            load = fn.defs[name]
-            self._fresh_loads[key] = load.opcode == "load" and \
-                self._fresh_load(fn, load, self.fresh_returning)
-        return self._fresh_loads[key]
+    def _loaded_roots(self, fn, name):
+        """The roots of ``fn`` a pointer loaded by instruction ``name`` may
+        point into, 'fresh' for memory a callee allocated; None when unknown."""
+        load = fn.defs[name]
+        return self.loaded(fn, load) if load.opcode == "load" else None
 
     def _propagate_writes(self):
         changed = True
@@ -636,13 +772,16 @@ class ReadOnlyMemory:
             for name, fn in self._running():
                 for ptr in self._writes(fn):
                     for root in self._roots(fn, ptr):
-                        if root[0] == "unknown" and self._made_during_call(fn, root[1]):
-                            continue
+                        targets = {root}
                         if root[0] == "unknown":
-                            self.unknown_write = True
-                        elif root not in self.written[name]:
-                            self.written[name].add(root)
-                            changed = True
+                            targets = self._loaded_roots(fn, root[1])
+                            if targets is None:
+                                self.unknown_write = True
+                                continue
+                        for target in targets:
+                            if target != "fresh" and target not in self.written[name]:
+                                self.written[name].add(target)
+                                changed = True
 
     def _propagate_call_sites(self):
         """A callee's parameter is read-only only if every caller passes read-only memory."""
@@ -664,7 +803,21 @@ class ReadOnlyMemory:
         if self.unknown_write:
             return False
         roots = self._roots(fn, ptr)
-        return bool(roots) and all(r in self.readonly[fn.name] for r in roots)
+        if not roots:
+            return False
+        readonly = self.readonly[fn.name]
+        for root in roots:
+            if root[0] != "unknown":
+                if root not in readonly:
+                    return False
+                continue
+            # a pointer loaded from a stack slot (a view a callee returned): only
+            # into arguments' memory, which outlives the call for the reverse sweep
+            targets = self._loaded_roots(fn, root[1])
+            if not targets or any(t == "fresh" or t[0] != "arg" or t not in readonly
+                                  for t in targets):
+                return False
+        return True
 
 
 def split_loop_exits(fn: Function):

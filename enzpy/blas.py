@@ -33,6 +33,8 @@ GEMV_PARAMS = [("i8", "kind"), ("i8", "trans"), ("i64", "m"), ("i64", "n"), ("pt
 DOT_PARAMS = [("i8", "kind"), ("i8", "conj"), ("i64", "n"), ("ptr", "a"), ("ptr", "b"),
               ("ptr", "out")]
 PARAMS = {"numba_xxgemm": GEMM_PARAMS, "numba_xxgemv": GEMV_PARAMS, "numba_xxdot": DOT_PARAMS}
+# (indices of the operands read, index of the operand written)
+OPERANDS = {"numba_xxgemm": ((7, 9), 12), "numba_xxgemv": ((5, 7), 9), "numba_xxdot": ((3, 4), 5)}
 
 
 def signature(name: str):
@@ -53,6 +55,16 @@ def check_call(ins, where, function):
     if kind.kind != "const" or int(kind.ref) not in KINDS:
         raise UnsupportedError(f"`{ins.text}`: enzpy differentiates BLAS products of float32 "
                                f"and float64 arrays only (not complex){where}")
+
+
+def unshadowed_result(ins, shadowed):
+    """The pointer a product of memory carrying derivatives writes to without a
+    shadow of its own (its derivative would be lost), or None."""
+    read, written = OPERANDS[ins.callee]
+    out = ins.args[written]
+    if not shadowed(out) and any(shadowed(ins.args[k]) for k in read):
+        return out
+    return None
 
 
 def _shadows(deriv, prefix):

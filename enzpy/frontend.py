@@ -486,9 +486,9 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
     (``lowered`` gains the glue of custom rules the derivative in ``mode``
     calls: for the functions ``root`` reaches, and in ``hvp``, which
     differentiates glue again, for those the glue reaches too)."""
-    module = llvm.parse_assembly(cgutils.normalize_ir_text(
-        _hoist_tuple_item_slots(_raw_text(root))))
-    linked, references = {root.symbol}, {}
+    text = _hoist_tuple_item_slots(_raw_text(root))
+    module = llvm.parse_assembly(cgutils.normalize_ir_text(text))
+    linked, references = {root.symbol}, _references_by_function(text)
     while True:
         missing = [fn.name for fn in module.functions
                    if fn.is_declaration and fn.name not in linked
@@ -516,7 +516,10 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
                 text = _compile_again(*_dispatchers[name], name)[0]
             if text is None:
                 continue     # an external symbol: rules decide about it later
-            other = llvm.parse_assembly(cgutils.normalize_ir_text(_hoist_tuple_item_slots(text)))
+            text = _hoist_tuple_item_slots(text)
+            other = llvm.parse_assembly(cgutils.normalize_ir_text(text))
+            for fn_name, names in _references_by_function(text).items():
+                references.setdefault(fn_name, names)   # (the definition kept)
             for fn in other.functions:
                 if not fn.is_declaration:
                     linked.add(fn.name)
@@ -537,10 +540,32 @@ _GLOBAL_REF = re.compile(r'@(?:"((?:[^"\\]|\\[0-9A-Fa-f]{2})*)"|([-a-zA-Z$._][-a
 def _referenced(fn) -> set:
     """The global names ``fn``'s body refers to, read from its text (one call into
     LLVM; walking its operands through the binding costs one per operand)."""
+    return _global_names(str(fn))
+
+
+_DEFINE_NAME = re.compile(r'^define [^@]*' + _GLOBAL_REF.pattern + r'\(', re.M)
+
+
+def _references_by_function(text: str) -> dict:
+    """{function: global names its body refers to} for the functions an IR text
+    defines (printing one function of a large module from LLVM costs as much
+    as printing the module)."""
+    found = {}
+    for m in _DEFINE_NAME.finditer(text):
+        end = text.find("\n}", m.end())
+        name = _unescape(m.group(1)) if m.group(1) is not None else m.group(2)
+        found[name] = _global_names(text[m.start():end if end >= 0 else len(text)])
+    return found
+
+
+def _unescape(quoted: str) -> str:
+    return re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), quoted)
+
+
+def _global_names(text: str) -> set:
     names = set()
-    for quoted, plain in _GLOBAL_REF.findall(str(fn)):
-        name = re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), quoted) \
-            if quoted else plain
+    for quoted, plain in _GLOBAL_REF.findall(text):
+        name = _unescape(quoted) if quoted else plain
         if name.startswith(_UNRESOLVED):          # mutual recursion's pointer
             name = name[len(_UNRESOLVED):]
         names.add(name)
@@ -576,12 +601,11 @@ def _resolve_mutual_recursion(module):
                and g.name[len(_UNRESOLVED):] in defined]
     if not targets:
         return module
-    text = str(module)
-    for name in targets:
-        symbol = name[len(_UNRESOLVED):]
-        text = re.sub(r'^@"?' + re.escape(name) + r'"? = external global ptr',
-                      f'@"{name}" = internal constant ptr @"{symbol}"', text, flags=re.M)
-    return llvm.parse_assembly(text)
+    pattern = re.compile(r'^@"?(' + "|".join(map(re.escape, targets)) +
+                         r')"? = external global ptr', re.M)
+    return llvm.parse_assembly(pattern.sub(
+        lambda m: f'@"{m.group(1)}" = internal constant ptr @"{m.group(1)[len(_UNRESOLVED):]}"',
+        str(module)))
 
 
 _DEFINE = re.compile(r'^define [^@]*@"?([^"(]+)"?\(')

@@ -63,6 +63,12 @@ class DerivativeGenerator:
                         f"reads it (`{ins.text}`){self._where(ins)}")
                 if ins.opcode == "call" and ins.callee in blas.PARAMS:
                     blas.check_call(ins, self._where(ins), self.fn.name)
+                    out = blas.unshadowed_result(ins, self.act.is_shadowed)
+                    if out is not None:
+                        raise UnsupportedError(
+                            f"a product of arrays that depend on the differentiated inputs is "
+                            f"written to memory without a shadow (`{ins.text}`)"
+                            f"{self._where(ins)}{self._const_advice(out)}")
                 if ins.opcode == "call" and self._escapes(ins):
                     what = (f"'{ins.callee}', which enzpy cannot differentiate" if ins.callee
                             else "an indirect call (indirect call with active arguments)")

@@ -631,3 +631,95 @@ def test_reverse_of_an_elementwise_loop_is_vectorised():
     ir = entry.library.get_llvm_str()
     reverse = ir[ir.index(".rev"):]
     assert re.search(r"<\d+ x double>", reverse), "the reverse loop was not vectorised"
+
+
+# -- writes through views and arrays a callee returns ----------------------------------
+# Numba returns an array by storing it into a slot its caller passes: a write
+# through the array loaded back from there is a write of whatever memory the
+# callee derived it from (here the argument x), and the reverse must then
+# record x's old values instead of reading x again.
+@njit
+def write_through_reshape(x):
+    t = 0.0
+    for i in range(x.size):
+        t += x[i] ** 2
+    v = x.reshape((x.size, 1))
+    v[:, 0] = 3.0 * v[:, 0]
+    return t + (x * x).sum()
+
+
+@njit
+def write_through_transpose(A):
+    t = (A * A).sum()
+    At = A.T
+    At[0, :] = np.sin(At[0, :])
+    return t + A[:, 0].sum() + (A * A).sum()
+
+
+@njit
+def write_through_asarray(x):
+    t = np.exp(x).sum()
+    y = np.asarray(x)
+    y[0] = y[0] ** 3
+    return t + np.exp(x).sum()
+
+
+@njit
+def write_through_dot_out(A, b, out):
+    t = (out * out).sum()
+    y = np.dot(A, b, out)          # returns out
+    y[0] = 2.0 * y[0]
+    return t + (out ** 3).sum()
+
+
+@pytest.mark.parametrize("f, shapes", [
+    (write_through_reshape, [(1,)]), (write_through_reshape, [(5,)]),
+    (write_through_transpose, [(3, 4)]), (write_through_asarray, [(4,)]),
+    (write_through_dot_out, [(3, 3), (3,), (3,)])])
+def test_writes_through_returned_views_are_writes_of_the_argument(f, shapes):
+    rng = np.random.default_rng(len(shapes))
+    args = [rng.uniform(0.2, 1.0, s) for s in shapes]
+    shadows = [np.zeros_like(a) for a in args]
+    autodiff(Reverse, f, *map(Duplicated, [a.copy() for a in args], shadows))
+    for wrt, shadow in enumerate(shadows):
+        np.testing.assert_allclose(shadow, fd_gradient(f, args, wrt), rtol=1e-5, atol=1e-7)
+
+
+def test_product_into_memory_without_shadow_is_refused():
+    # np.dot(A, b, out) with out Const would lose the derivative through out
+    A, b, out = np.eye(3), np.ones(3), np.ones(3)
+    with pytest.raises(enzpy.UnsupportedError, match="np.dot at .*written to memory without "
+                       "a shadow.*pass the argument it writes as Duplicated"):
+        autodiff(Reverse, write_through_dot_out, Duplicated(A, np.zeros_like(A)), Const(b),
+                 Const(out))
+
+
+@njit
+def squares_through_views(x):
+    # x is only read, through views a callee returns: read again by the reverse
+    v = x.reshape((x.size, 1))
+    s = 0.0
+    for i in range(v.shape[0]):
+        s += v[i, 0] * v[i, 0]
+    return s + (x.T * x.T).sum()
+
+
+@njit
+def ridge_residual(X, y):
+    beta = np.linalg.solve(X.T @ X + 0.1 * np.eye(X.shape[1]), X.T @ y)
+    r = X @ beta - y
+    return r @ r
+
+
+def test_reads_through_views_of_read_only_inputs_are_not_recorded():
+    peaks = [_tape_bytes(squares_through_views, [np.linspace(0.0, 1.0, n)]) for n in (3, 300)]
+    assert peaks[0] == peaks[1]
+    check(squares_through_views, [np.linspace(0.0, 1.0, 6)])
+    # X.T @ X, X.T @ y and X @ beta read X and y again; only the residual r (a
+    # temporary, both operands of r @ r) is recorded: 16 bytes a row
+    rng = np.random.default_rng(0)
+    sizes = [[rng.standard_normal((n, 4)), rng.standard_normal(n)] for n in (10, 1000)]
+    peaks = [_tape_bytes(ridge_residual, args) for args in sizes]
+    assert peaks[1] - peaks[0] <= 16 * 990, peaks
+    for wrt in range(2):
+        check(ridge_residual, sizes[0], wrt=wrt)
