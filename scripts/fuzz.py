@@ -33,7 +33,8 @@ layouts), ``np.cumsum``, ``np.diff``, ``np.where``, ``np.clip`` (scalar or array
 ``np.maximum/minimum``, ``np.abs``, smooth ufuncs, a vector broadcast over a
 matrix's rows, softmax, matrix products (``@`` and ``np.dot``: matrix-matrix,
 matrix-vector, vector-matrix, with transposes; ``np.outer``), and ``@njit``
-helpers returning arrays. Fresh 1-D results may then be updated in place. With
+helpers returning arrays. Fresh 1-D results may then be updated in place, and
+fresh matrices and ``A`` through their 1-D views (``.reshape(-1)``, ``.ravel()``). With
 ``linalg`` too: a well-conditioned matrix built from the arrays in scope
 (diagonally dominant ``np.tanh(S) + (n + 1) * np.eye(n)`` or SPD ``S @ S.T +
 np.eye(n)``) goes to ``np.linalg.solve`` (vector and matrix right-hand sides),
@@ -256,6 +257,7 @@ class _Gen:
         # check, so ``a_needs_c`` turns that check off once ``a`` is reshaped or diffed
         self.layouts = {}
         self.a_needs_c = False
+        self.owned = set()           # 2-D arrays a write may go to (fresh ones, the input A)
         self.np_helpers = []         # names of generated array helpers
         self.uses_numpy = False
 
@@ -688,10 +690,12 @@ class _Gen:
 
     def np_register(self, sc, name, shape, layout="C", fresh=True):
         """A new array in scope; fresh 1-D ones (not views of another array) may be
-        updated in place later."""
+        updated in place later, fresh 2-D ones through 1-D views."""
         sc.arrays[name] = shape
         if layout != "C":
             self.layouts[name] = layout
+        if fresh and len(shape) == 2:
+            self.owned.add(name)
         if fresh and len(shape) == 1 and self.has("inplace"):
             sc.writable[name] = shape
 
@@ -821,6 +825,14 @@ class _Gen:
             self.a_needs_c = True
         t = self.fresh("M" if len(new) == 2 else "u")
         self.np_register(sc, t, new, layout, fresh=False)
+        if kind in ("flat", "ravel") and c and (name in self.owned or name == "A") and \
+                self.has("inplace"):
+            # a 1-D view: writes through it are writes of ``name``
+            sc.writable[t] = new
+            if self.chance(0.5):
+                k = self.index(sc, size)
+                return [f"{t} = {rhs}", f"{t}[{k}] = 0.5 * {t}[{k}] + "
+                        f"{self.bounded(self.expr(sc, 2))}"], t
         return [f"{t} = {rhs}"], t
 
     def np_scan(self, sc, arrs):

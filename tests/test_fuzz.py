@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -151,6 +152,11 @@ def test_generator_covers_numpy():
                    "np.linalg.norm(", "np.eye(", "np.array([", "np.abs(", "raise ValueError("]:
         assert needle in text, needle
     assert sum(p.uses_numpy for p in progs) > 100
+    # writes through a 1-D view of a matrix (the matrix A, or a fresh one)
+    view_write = re.compile(r"(u\d+) = (np\.ravel\(\w+\)|\w+\.(reshape\(-1\)|ravel\(\)))\n"
+                            r"\s*\1\[")
+    assert sum(bool(view_write.search(fuzz.generate_program(fuzz.program_rng(0, i)).source))
+               for i in range(1000)) >= 3
     # without the feature, no NumPy statement and the programs drawn before it existed
     plain = [f for f in fuzz.FEATURES if f not in ("numpy", "linalg")]
     for i in range(20):
