@@ -489,6 +489,7 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
     text = _hoist_tuple_item_slots(_raw_text(root))
     module = llvm.parse_assembly(cgutils.normalize_ir_text(text))
     linked, references = {root.symbol}, _references_by_function(text)
+    defined = {fn.name for fn in module.functions if not fn.is_declaration}
     while True:
         missing = [fn.name for fn in module.functions
                    if fn.is_declaration and fn.name not in linked
@@ -523,7 +524,8 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
             for fn in other.functions:
                 if not fn.is_declaration:
                     linked.add(fn.name)
-            _drop_duplicate_definitions(other, module)
+            _drop_duplicate_definitions(other, module, defined)
+            defined.update(fn.name for fn in other.functions if not fn.is_declaration)
             module.link_in(other)
             added = True
         if not added:
@@ -647,16 +649,16 @@ _MERGEABLE = {llvm.Linkage.linkonce_any, llvm.Linkage.linkonce_odr, llvm.Linkage
 _PER_MODULE = ("_Dtor.", ".dtor.", "__excinfo_unwrap_args")
 
 
-def _drop_duplicate_definitions(other, module):
+def _drop_duplicate_definitions(other, module, defined: set):
     """Two modules may both define a helper Numba emits per module: LLVM's
     linker keeps one ``linkonce_odr`` copy; a per-module helper (or another
     identical definition) stays a private copy in each. Different definitions
-    of one symbol are a bug."""
-    defined = {fn.name: fn for fn in module.functions if not fn.is_declaration}
+    of one symbol are a bug. (``defined``: the names ``module`` defines.)"""
     for fn in other.functions:
         if fn.is_declaration or fn.name not in defined or fn.linkage in _MERGEABLE:
             continue
-        if not fn.name.startswith(_PER_MODULE) and str(fn) != str(defined[fn.name]):
+        if not fn.name.startswith(_PER_MODULE) and \
+                str(fn) != str(module.get_function(fn.name)):
             raise InternalError(f"symbol {fn.name} is defined twice in the linked IR")
         fn.name = f"{fn.name}.{next(_copies)}"
         fn.linkage = llvm.Linkage.internal
