@@ -555,19 +555,20 @@ def _references_by_function(text: str) -> dict:
     found = {}
     for m in _DEFINE_NAME.finditer(text):
         end = text.find("\n}", m.end())
-        name = _unescape(m.group(1)) if m.group(1) is not None else m.group(2)
+        name = _unquote(m.group(1)) if m.group(1) is not None else m.group(2)
         found[name] = _global_names(text[m.start():end if end >= 0 else len(text)])
     return found
 
 
-def _unescape(quoted: str) -> str:
+def _unquote(quoted: str) -> str:
+    """A quoted LLVM name's text (``\\xx`` escapes decoded)."""
     return re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), quoted)
 
 
 def _global_names(text: str) -> set:
     names = set()
     for quoted, plain in _GLOBAL_REF.findall(text):
-        name = _unescape(quoted) if quoted else plain
+        name = _unquote(quoted) if quoted else plain
         if name.startswith(_UNRESOLVED):          # mutual recursion's pointer
             name = name[len(_UNRESOLVED):]
         names.add(name)

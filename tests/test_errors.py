@@ -293,3 +293,12 @@ def test_cache_info_keys():
     info = cache_info()
     for k in ("hits", "misses", "entries"):
         assert isinstance(info[k], int)
+
+
+@pytest.mark.parametrize("symbol, name", [
+    ("_ZN8__main__8f_3cb_3eB2v1E", "__main__.f<b>"),       # escaped characters decoded
+    ("_ZN5numba2np8arrayobj15_call_allocatorB2v1E", "numba.np.arrayobj._call_allocator"),
+    ("plain_c_name", "plain_c_name"),
+])
+def test_messages_name_numba_functions_as_written(symbol, name):
+    assert enzpy.frontend.demangle(symbol).startswith(name)
