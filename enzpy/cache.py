@@ -149,7 +149,11 @@ class ModuleBuilder:
                 if len(scc) > 1 or graph.has_edge(n, n)}
 
     def differentiable_callee(self, name) -> bool:
-        """Calls to this function are differentiated through its own aug/rev pair."""
+        """Calls to this function are differentiated through its own aug/rev pair.
+        (Freeing a first-order shadow list, in hvp, is a runtime call: forward mode
+        frees its tangent beside it.)"""
+        if name == FREE_SHADOW_FUNCTION:
+            return False
         return name in self.module.functions or rule_for(name, self.module)[0] is not None
 
     def data_pointer_type(self, symbol, index):

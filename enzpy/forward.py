@@ -23,8 +23,8 @@ from .errors import UnsupportedError
 from .generator import DerivativeGenerator
 from .ir import Value, contains_float, contains_pointer, is_float_type, local, tangent_name
 from .memory import FREES, ShadowMemory, strip_metadata, zero_allocation
-from .runtime import (FREE_SHADOW, RESIZE_SHADOW, VARSIZE_FREE, counted_loop, free_shadow,
-                      resize_shadow)
+from .runtime import (FREE_SHADOW, FREE_SHADOW_FUNCTION, RESIZE_SHADOW, VARSIZE_FREE,
+                      counted_loop, free_shadow, resize_shadow)
 
 SINK_READ = "enzpy.fwd.zeros"
 SINK_WRITE = "enzpy.fwd.trash"
@@ -206,7 +206,7 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
         if callee == "NRT_incref" or callee in FREES:
             if self.act.is_shadowed(ins.args[0]):
                 e.call(callee, "void", [self.derivative(ins.args[0])])
-        elif callee == VARSIZE_FREE:
+        elif callee in (VARSIZE_FREE, FREE_SHADOW_FUNCTION):    # (the latter: in hvp)
             if self.act.is_shadowed(ins.args[0]):
                 free_shadow(e, self.derivative(ins.args[0]), self.derivative(ins.args[1]))
         elif callee.startswith("llvm.memset"):

@@ -129,7 +129,8 @@ INACTIVE_CALLS = re.compile(
 MEMORY_CALLS = re.compile(
     r"^(NRT_(incref|decref|Free|MemInfo_data_fast|MemInfo_data|MemInfo_alloc\w*|Allocate\w*|"
     r"MemInfo_new_varsize\w*|MemInfo_varsize_(alloc|realloc|free))|"
-    r"llvm\.(memset|memcpy|memmove)\.)")
+    r"llvm\.(memset|memcpy|memmove)\.|"
+    r"enzpy\.varsize\.free$)")       # (a first-order derivative's, in hvp)
 
 _INTRINSIC_NAME = re.compile(r"^llvm\.([a-z0-9_]+?)(\.[a-z]\w*)*$")
 

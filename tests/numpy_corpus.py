@@ -240,7 +240,7 @@ def prod_rows_loop(A, w):
 
 _add("prod_1d_f64", ["np.prod"], prod_1d, lambda: [positive(14, 6, 0.6, 1.5)], hvp=True)
 _add("prod_method_2d_f32", ["ndarray.prod"], prod_method,
-     lambda: [f32(positive(15, (2, 3), 0.6, 1.5))], tags=("float32",))
+     lambda: [f32(positive(15, (2, 3), 0.6, 1.5))], tags=("float32",), hvp=True)
 _add("prod_method_2d_fortran", ["ndarray.prod"], prod_method,
      lambda: [fortran(positive(16, (3, 3), 0.6, 1.5))], tags=("fortran",))
 _add("prod_rows_loop_2d_f64", ["np.prod", "basic indexing", "np.dot"], prod_rows_loop,
@@ -304,8 +304,8 @@ _add("mean_cols_loop_2d_f64", ["ndarray.mean", "basic indexing"], mean_cols_loop
 _add("var_1d_f64", ["np.var"], var_1d, lambda: [normal(22, 7)], hvp=True)
 _add("var_2d_f32", ["np.var"], var_1d, lambda: [f32(normal(23, (3, 3)))], tags=("float32",))
 _add("var_method_2d_strided", ["ndarray.var"], var_method,
-     lambda: [drop_first_col(normal(24, (3, 4)))], tags=("strided",))
-_add("std_1d_f64", ["np.std"], std_1d, lambda: [normal(25, 8)])
+     lambda: [drop_first_col(normal(24, (3, 4)))], tags=("strided",), hvp=True)
+_add("std_1d_f64", ["np.std"], std_1d, lambda: [normal(25, 8)], hvp=True)
 _add("std_3d_f64", ["np.std"], std_1d, lambda: [normal(26, (2, 3, 2))])
 _add("std_method_2d_fortran_f32", ["ndarray.std"], std_method,
      lambda: [f32(fortran(normal(27, (3, 4))))], tags=("fortran", "float32"))
@@ -354,18 +354,18 @@ def max_min_strided_inside(x):
     return np.max(x[::2]) + np.min(x[1::2]) ** 2
 
 
-_add("min_1d_f64", ["np.min"], min_1d, lambda: [distinct(29, 8)])
+_add("min_1d_f64", ["np.min"], min_1d, lambda: [distinct(29, 8)], hvp=True)
 _add("max_1d_f64", ["np.max"], max_1d, lambda: [distinct(30, 8)], tags=("late_import",))
 _add("max_1d_f32", ["np.max"], max_1d, lambda: [f32(distinct(31, 6))], tags=("float32",))
 _add("max_1d_strided", ["np.max"], max_1d, lambda: [every_other(distinct(32, 5))],
      tags=("strided",))
 _add("max_min_method_2d_f64", ["ndarray.max", "ndarray.min"], max_minus_min_method,
-     lambda: [distinct(33, (3, 4))])
+     lambda: [distinct(33, (3, 4))], hvp=True)
 _add("max_min_method_2d_f32", ["ndarray.max", "ndarray.min"], max_minus_min_method,
      lambda: [f32(distinct(34, (3, 4)))], tags=("float32",))
 _add("max_min_method_2d_fortran", ["ndarray.max", "ndarray.min"], max_minus_min_method,
      lambda: [fortran(distinct(35, (4, 3)))], tags=("fortran",))
-_add("amax_amin_1d_f64", ["np.amax", "np.amin"], amax_amin, lambda: [distinct(36, 7)])
+_add("amax_amin_1d_f64", ["np.amax", "np.amin"], amax_amin, lambda: [distinct(36, 7)], hvp=True)
 _add("amax_amin_3d_f64", ["np.amax", "np.amin"], amax_amin, lambda: [distinct(37, (2, 2, 3))])
 _add("max_axis0_2d_f64", ["np.max", "basic indexing"], max_axis0_loop,
      lambda: [distinct(38, (4, 3)), weights(38, 3)])
@@ -421,23 +421,23 @@ def argsort_topk(x, w):
 
 
 _add("argmax_select_1d_f64", ["np.argmax", "basic indexing"], argmax_select,
-     lambda: [distinct(43, 8)], tags=("late_import",))
+     lambda: [distinct(43, 8)], tags=("late_import",), hvp=True)
 _add("argmax_select_1d_f32", ["np.argmax", "basic indexing"], argmax_select,
      lambda: [f32(distinct(44, 6))], tags=("float32",))
 _add("argmin_select_1d_f64", ["np.argmin", "basic indexing"], argmin_select,
-     lambda: [distinct(45, 7)])
+     lambda: [distinct(45, 7)], hvp=True)
 _add("argmin_select_1d_strided", ["np.argmin", "basic indexing"], argmin_select,
      lambda: [every_other(distinct(46, 6))], tags=("strided",))
 _add("argmax_method_2d_f64", ["ndarray.argmax", "ndarray.ravel"], argmax_method_2d,
-     lambda: [distinct(47, (3, 4))])
+     lambda: [distinct(47, (3, 4))], hvp=True)
 _add("argmax_method_2d_fortran", ["ndarray.argmax", "ndarray.ravel"], argmax_method_2d,
      lambda: [fortran(distinct(48, (3, 4)))], tags=("fortran",))
 _add("argmax_axis1_2d_f64", ["np.argmax", "axis", "basic indexing"], argmax_axis1,
      lambda: [distinct(49, (4, 3))])
 _add("argmin_axis0_method_2d_f64", ["ndarray.argmin", "axis"], argmin_axis0_method,
-     lambda: [distinct(50, (3, 4)), weights(50, 4)])
+     lambda: [distinct(50, (3, 4)), weights(50, 4)], hvp=True)
 _add("argsort_topk_1d_f64", ["np.argsort", "fancy indexing", "slicing"], argsort_topk,
-     lambda: [distinct(51, 8), weights(51, 3)], tags=("late_import",))
+     lambda: [distinct(51, 8), weights(51, 3)], tags=("late_import",), hvp=True)
 
 
 @njit
@@ -455,12 +455,12 @@ def nanmax_nanmin(x):
     return np.nanmax(x) - 2.0 * np.nanmin(x)
 
 
-_add("nansum_1d_f64", ["np.nansum"], nansum_sq, lambda: [with_nans(52, 8)])
+_add("nansum_1d_f64", ["np.nansum"], nansum_sq, lambda: [with_nans(52, 8)], hvp=True)
 _add("nansum_2d_f32", ["np.nansum"], nansum_sq, lambda: [f32(with_nans(53, (3, 3)))],
      tags=("float32",))
-_add("nanmean_1d_f64", ["np.nanmean", "np.exp"], nanmean_exp, lambda: [with_nans(54, 7)])
+_add("nanmean_1d_f64", ["np.nanmean", "np.exp"], nanmean_exp, lambda: [with_nans(54, 7)], hvp=True)
 _add("nanmax_nanmin_1d_f64", ["np.nanmax", "np.nanmin"], nanmax_nanmin,
-     lambda: [np.where(np.isnan(with_nans(55, 8)), np.nan, distinct(55, 8))])
+     lambda: [np.where(np.isnan(with_nans(55, 8)), np.nan, distinct(55, 8))], hvp=True)
 _add("nanmax_nanmin_2d_f64", ["np.nanmax", "np.nanmin"], nanmax_nanmin,
      lambda: [np.where(np.isnan(with_nans(56, (3, 3))), np.nan, distinct(56, (3, 3)))])
 
@@ -511,13 +511,13 @@ _add("cumsum_1d_f32", ["np.cumsum"], cumsum_weighted,
 _add("cumsum_1d_strided", ["np.cumsum"], cumsum_weighted,
      lambda: [every_other(normal(59, 6)), weights(59, 6)], tags=("strided",))
 _add("cumsum_method_2d_f64", ["ndarray.cumsum", "np.sin", "np.dot"], cumsum_method_2d,
-     lambda: [normal(60, (3, 3)), weights(60, 9)])
+     lambda: [normal(60, (3, 3)), weights(60, 9)], hvp=True)
 _add("cumsum_method_2d_fortran", ["ndarray.cumsum", "np.sin", "np.dot"], cumsum_method_2d,
      lambda: [fortran(normal(61, (3, 3))), weights(61, 9)], tags=("fortran",))
 _add("cumprod_1d_f64", ["np.cumprod"], cumprod_weighted,
-     lambda: [positive(62, 6, 0.6, 1.5), weights(62, 6)])
+     lambda: [positive(62, 6, 0.6, 1.5), weights(62, 6)], hvp=True)
 _add("cumprod_method_2d_f64", ["ndarray.cumprod"], cumprod_method,
-     lambda: [positive(63, (2, 3), 0.6, 1.5)])
+     lambda: [positive(63, (2, 3), 0.6, 1.5)], hvp=True)
 _add("diff_1d_f64", ["np.diff"], diff_sq, lambda: [normal(64, 8), weights(64, 7)],
      tags=("late_import",))
 _add("diff_n2_1d_f64", ["np.diff"], diff_second, lambda: [normal(65, 8)], hvp=True)
@@ -558,20 +558,20 @@ def nanmedian_plain(x):
     return np.nanmedian(x)
 
 
-_add("median_1d_odd_f64", ["np.median"], median_plain, lambda: [distinct(68, 7)])
+_add("median_1d_odd_f64", ["np.median"], median_plain, lambda: [distinct(68, 7)], hvp=True)
 _add("median_1d_even_f32", ["np.median"], median_plain, lambda: [f32(distinct(69, 8))],
      tags=("float32",))
 _add("median_1d_strided", ["np.median"], median_plain, lambda: [every_other(distinct(70, 5))],
      tags=("strided",))
 _add("median_2d_f64", ["np.median", "ndarray.sum"], median_plus_sum, lambda: [distinct(71, (3, 4))],
      tags=("late_import",))
-_add("percentile_1d_f64", ["np.percentile"], percentile_30, lambda: [distinct(72, 8)])
+_add("percentile_1d_f64", ["np.percentile"], percentile_30, lambda: [distinct(72, 8)], hvp=True)
 _add("percentile_array_q_1d_f64", ["np.percentile"], percentile_many,
      lambda: [distinct(73, 8), weights(73, 3)])
-_add("quantile_1d_f64", ["np.quantile"], quantile_07, lambda: [distinct(74, 7)])
+_add("quantile_1d_f64", ["np.quantile"], quantile_07, lambda: [distinct(74, 7)], hvp=True)
 _add("quantile_2d_f64", ["np.quantile"], quantile_07, lambda: [distinct(75, (3, 4))])
 _add("nanmedian_1d_f64", ["np.nanmedian"], nanmedian_plain,
-     lambda: [np.where(np.isnan(with_nans(76, 8, count=1)), np.nan, distinct(76, 8))])
+     lambda: [np.where(np.isnan(with_nans(76, 8, count=1)), np.nan, distinct(76, 8))], hvp=True)
 
 
 @njit
@@ -665,7 +665,7 @@ def trace_offsets(A):
     return np.trace(A, 1) * np.trace(A, -1)
 
 
-_add("trace_2d_f64", ["np.trace"], trace_plain, lambda: [normal(93, (4, 4))])
+_add("trace_2d_f64", ["np.trace"], trace_plain, lambda: [normal(93, (4, 4))], hvp=True)
 _add("trace_2d_fortran", ["np.trace"], trace_plain, lambda: [fortran(normal(94, (3, 3)))],
      tags=("fortran",))
 _add("trace_offset_2d_f64", ["np.trace"], trace_offsets, lambda: [normal(95, (4, 4))])
@@ -715,11 +715,11 @@ _add("reshape_1d_to_2d_f64", ["ndarray.reshape", "basic indexing"], reshape_rows
 _add("reshape_1d_to_2d_f32", ["ndarray.reshape", "basic indexing"], reshape_rows,
      lambda: [f32(normal(101, 12))], tags=("float32",))
 _add("reshape_1d_to_3d_f64", ["np.reshape", "np.sin"], np_reshape_3d,
-     lambda: [normal(102, 12), weights(102, (2, 2, 3))], tags=("late_import",))
+     lambda: [normal(102, 12), weights(102, (2, 2, 3))], tags=("late_import",), hvp=True)
 _add("reshape_2d_to_1d_f64", ["ndarray.reshape", "np.dot"], reshape_to_1d,
      lambda: [normal(103, (3, 4)), weights(103, 12)])
 _add("ravel_2d_f64", ["np.ravel", "np.dot"], ravel_weighted,
-     lambda: [normal(104, (3, 4)), weights(104, 12)])
+     lambda: [normal(104, (3, 4)), weights(104, 12)], hvp=True)
 _add("ravel_2d_fortran", ["np.ravel", "np.dot"], ravel_weighted,
      lambda: [fortran(normal(105, (3, 4))), weights(105, 12)], tags=("fortran",))
 _add("ravel_2d_strided", ["np.ravel", "np.dot"], ravel_weighted,
@@ -727,7 +727,7 @@ _add("ravel_2d_strided", ["np.ravel", "np.dot"], ravel_weighted,
 _add("ravel_method_3d_f64", ["ndarray.ravel", "np.exp"], ravel_method_exp,
      lambda: [normal(107, (2, 2, 3), 0.5), weights(107, 12)])
 _add("flatten_method_2d_f32", ["ndarray.flatten"], flatten_method,
-     lambda: [f32(normal(108, (3, 3))), f32(weights(108, 9))], tags=("float32",))
+     lambda: [f32(normal(108, (3, 3))), f32(weights(108, 9))], tags=("float32",), hvp=True)
 _add("flatten_method_2d_fortran", ["ndarray.flatten"], flatten_method,
      lambda: [fortran(normal(109, (3, 3))), weights(109, 9)], tags=("fortran",))
 
@@ -779,7 +779,7 @@ def none_index_scale(x, A):
 
 
 _add("transpose_2d_f64", ["np.transpose"], transpose_fn,
-     lambda: [normal(110, (3, 4)), weights(110, (4, 3))])
+     lambda: [normal(110, (3, 4)), weights(110, (4, 3))], hvp=True)
 _add("transpose_2d_fortran", ["np.transpose"], transpose_fn,
      lambda: [fortran(normal(111, (3, 4))), weights(111, (4, 3))], tags=("fortran",))
 _add("transpose_axes_3d_f64", ["np.transpose", "np.cos"], transpose_axes_3d,
@@ -789,11 +789,11 @@ _add("T_attr_2d_f64", ["ndarray.T", "basic indexing"], dot_T_attr,
 _add("T_attr_2d_strided", ["ndarray.T", "basic indexing"], dot_T_attr,
      lambda: [drop_first_col(normal(114, (3, 4))), weights(114, (4, 3))], tags=("strided",))
 _add("transpose_method_2d_f32", ["ndarray.transpose"], transpose_method,
-     lambda: [f32(normal(115, (2, 3))), f32(weights(115, (3, 2)))], tags=("float32",))
+     lambda: [f32(normal(115, (2, 3))), f32(weights(115, (3, 2)))], tags=("float32",), hvp=True)
 _add("swapaxes_3d_f64", ["np.swapaxes"], swapaxes_3d,
-     lambda: [normal(116, (2, 3, 4)), weights(116, (4, 3, 2))])
+     lambda: [normal(116, (2, 3, 4)), weights(116, (4, 3, 2))], hvp=True)
 _add("expand_dims_bcast_f64", ["np.expand_dims", "broadcasting"], expand_dims_bcast,
-     lambda: [normal(117, 4), normal(1117, (3, 4))], wrt=(0, 1))
+     lambda: [normal(117, 4), normal(1117, (3, 4))], wrt=(0, 1), hvp=True)
 _add("newaxis_outer_tanh_f64", ["np.newaxis", "broadcasting", "np.tanh"], newaxis_outer_tanh,
      lambda: [normal(118, 4), normal(1118, 3)], wrt=(0, 1), hvp=True)
 _add("none_index_scale_f64", ["np.newaxis", "broadcasting"], none_index_scale,
@@ -849,7 +849,7 @@ def column_stack_fn(x, y, W):
 
 
 _add("concatenate_1d_f64", ["np.concatenate"], concat_1d,
-     lambda: [normal(120, 3), normal(1120, 4), weights(120, 7)], wrt=(0, 1))
+     lambda: [normal(120, 3), normal(1120, 4), weights(120, 7)], wrt=(0, 1), hvp=True)
 _add("concatenate_axis1_2d_f64", ["np.concatenate", "axis"], concat_axis1,
      lambda: [normal(121, (3, 2)), normal(1121, (3, 3)), weights(121, (3, 5))], wrt=(0, 1),
      tags=("late_import",))
@@ -860,15 +860,15 @@ _add("concatenate_axis1_2d_f32", ["np.concatenate", "axis"], concat_axis1,
      lambda: [f32(normal(123, (2, 2))), f32(normal(1123, (2, 3))), f32(weights(123, (2, 5)))],
      wrt=(0, 1), tags=("float32",))
 _add("stack_axis0_1d_f64", ["np.stack", "np.sin"], stack_axis0,
-     lambda: [normal(124, 4), normal(1124, 4), weights(124, (2, 4))], wrt=(0, 1))
+     lambda: [normal(124, 4), normal(1124, 4), weights(124, (2, 4))], wrt=(0, 1), hvp=True)
 _add("stack_axis1_1d_f64", ["np.stack", "axis"], stack_axis1,
      lambda: [normal(125, 4), normal(1125, 4), weights(125, (4, 3))], wrt=(0, 1))
 _add("hstack_1d_f64", ["np.hstack"], hstack_fn,
-     lambda: [normal(126, 3), normal(1126, 3), weights(126, 9)], wrt=(0, 1))
+     lambda: [normal(126, 3), normal(1126, 3), weights(126, 9)], wrt=(0, 1), hvp=True)
 _add("vstack_2d_1d_f64", ["np.vstack", "ndarray.reshape"], vstack_fn,
-     lambda: [normal(127, (3, 4)), normal(1127, 4), weights(127, (4, 4))], wrt=(0, 1))
+     lambda: [normal(127, (3, 4)), normal(1127, 4), weights(127, (4, 4))], wrt=(0, 1), hvp=True)
 _add("column_stack_1d_f64", ["np.column_stack"], column_stack_fn,
-     lambda: [normal(128, 4), normal(1128, 4), weights(128, (4, 2))], wrt=(0, 1))
+     lambda: [normal(128, 4), normal(1128, 4), weights(128, (4, 2))], wrt=(0, 1), hvp=True)
 
 
 @njit
@@ -903,17 +903,17 @@ def roll_fn(x, w):
     return (w * np.roll(x, 2) * x).sum()
 
 
-_add("repeat_1d_f64", ["np.repeat"], repeat_fn, lambda: [normal(130, 4), weights(130, 8)])
+_add("repeat_1d_f64", ["np.repeat"], repeat_fn, lambda: [normal(130, 4), weights(130, 8)], hvp=True)
 _add("repeat_method_2d_f64", ["ndarray.repeat", "np.sin"], repeat_method,
-     lambda: [normal(131, (2, 2)), weights(131, 12)])
-_add("flip_1d_f64", ["np.flip"], flip_fn, lambda: [normal(132, 5), weights(132, 5)])
+     lambda: [normal(131, (2, 2)), weights(131, 12)], hvp=True)
+_add("flip_1d_f64", ["np.flip"], flip_fn, lambda: [normal(132, 5), weights(132, 5)], hvp=True)
 _add("flip_2d_f32", ["np.flip"], flip_fn,
      lambda: [f32(normal(133, (2, 3))), f32(weights(133, (2, 3)))], tags=("float32",))
 _add("fliplr_flipud_2d_f64", ["np.fliplr", "np.flipud"], fliplr_flipud,
-     lambda: [normal(134, (3, 3)), weights(134, (3, 3))])
+     lambda: [normal(134, (3, 3)), weights(134, (3, 3))], hvp=True)
 _add("reverse_slice_1d_f64", ["slicing", "np.dot"], reverse_slice,
      lambda: [normal(135, 6), weights(135, 6)])
-_add("roll_1d_f64", ["np.roll"], roll_fn, lambda: [normal(136, 6), weights(136, 6)])
+_add("roll_1d_f64", ["np.roll"], roll_fn, lambda: [normal(136, 6), weights(136, 6)], hvp=True)
 _add("roll_2d_f64", ["np.roll"], roll_fn,
      lambda: [normal(137, (2, 3)), weights(137, (2, 3))], tags=("late_import",))
 
@@ -952,17 +952,17 @@ def asfortran_sum(A, W):
 
 
 _add("copy_np_1d_f64", ["np.copy", "basic indexing", "in-place operators"], copy_then_modify,
-     lambda: [normal(140, 5)])
+     lambda: [normal(140, 5)], hvp=True)
 _add("copy_method_2d_fortran", ["ndarray.copy", "basic indexing"], copy_method_zero_col,
      lambda: [fortran(normal(141, (3, 3)))], tags=("fortran",))
 _add("copy_method_2d_strided", ["ndarray.copy", "basic indexing"], copy_method_zero_col,
      lambda: [drop_first_col(normal(142, (3, 3)))], tags=("strided",))
 _add("ascontiguousarray_T_2d_f64", ["np.ascontiguousarray", "ndarray.T", "np.exp"],
-     ascontiguous_T, lambda: [normal(143, (3, 4), 0.5), weights(143, (4, 3))])
+     ascontiguous_T, lambda: [normal(143, (3, 4), 0.5), weights(143, (4, 3))], hvp=True)
 _add("ascontiguousarray_strided_1d", ["np.ascontiguousarray", "np.dot"], ascontiguous_view,
      lambda: [every_other(normal(144, 5)), weights(144, 5)], tags=("strided",))
 _add("asfortranarray_2d_f64", ["np.asfortranarray"], asfortran_sum,
-     lambda: [normal(145, (3, 4)), weights(145, (3, 4))])
+     lambda: [normal(145, (3, 4)), weights(145, (3, 4))], hvp=True)
 
 
 @njit
@@ -1016,9 +1016,9 @@ _add("slice_step_2d_fortran", ["slicing"], checkerboard, lambda: [fortran(normal
 _add("row_col_index_2d_f64", ["basic indexing"], row_col,
      lambda: [normal(156, (4, 4)), 1, 2])
 _add("slice_write_1d_f64", ["slicing", "np.zeros_like", "setitem"], slice_write_shift,
-     lambda: [normal(157, 6)])
+     lambda: [normal(157, 6)], hvp=True)
 _add("slice_write_2d_f64", ["slicing", "np.zeros", "setitem"], slice_write_2d,
-     lambda: [normal(158, (3, 3)), normal(1158, 3)], wrt=(0, 1))
+     lambda: [normal(158, (3, 3)), normal(1158, 3)], wrt=(0, 1), hvp=True)
 
 
 @njit
@@ -1073,12 +1073,12 @@ _add("fancy_rows_2d_f64", ["fancy indexing", "np.sin"], fancy_rows,
 _add("fancy_cols_2d_f64", ["fancy indexing", "slicing"], fancy_cols,
      lambda: [normal(164, (3, 4)), np.array([3, 1])])
 _add("fancy_write_1d_f64", ["fancy indexing", "setitem", "np.arange"], fancy_write,
-     lambda: [normal(165, 4), np.array([6, 1, 3, 0])])
+     lambda: [normal(165, 4), np.array([6, 1, 3, 0])], hvp=True)
 _add("fancy_add_1d_f64", ["fancy indexing", "setitem", "in-place operators"], fancy_add,
      lambda: [normal(166, 3), np.array([4, 0, 2]), normal(1166, 5)], wrt=(0, 2))
-_add("take_1d_f64", ["np.take"], take_fn, lambda: [normal(167, 6), _I5.copy()])
+_add("take_1d_f64", ["np.take"], take_fn, lambda: [normal(167, 6), _I5.copy()], hvp=True)
 _add("take_method_2d_f64", ["ndarray.take"], take_method,
-     lambda: [normal(168, (3, 3)), np.array([8, 0, 4, 4]), weights(168, 4)])
+     lambda: [normal(168, (3, 3)), np.array([8, 0, 4, 4]), weights(168, 4)], hvp=True)
 
 
 @njit
@@ -1138,7 +1138,7 @@ _add("mask_read_1d_f64", ["boolean mask"], mask_read, lambda: [away(170, 8)])
 _add("mask_read_1d_f32", ["boolean mask"], mask_read, lambda: [f32(away(171, 8))],
      tags=("float32",))
 _add("mask_write_1d_f64", ["boolean mask", "setitem"], mask_write_relu, lambda: [away(172, 7)],
-     tags=("late_import",))
+     tags=("late_import",), hvp=True)
 _add("mask_write_2d_f64", ["boolean mask", "setitem"], mask_write_2d,
      lambda: [away(173, (3, 4)), weights(173, (3, 4))])
 _add("mask_write_2d_fortran", ["boolean mask", "setitem"], mask_write_2d,
@@ -1155,7 +1155,7 @@ _add("where_scalar_1d_f64", ["np.where", "np.exp"], where_scalar_branch,
 _add("where_indices_1d_f64", ["np.where", "fancy indexing"], where_indices,
      lambda: [away(180, 8)])
 _add("nonzero_indices_1d_f64", ["np.nonzero", "fancy indexing", "np.sin"], nonzero_indices,
-     lambda: [away(181, 8)])
+     lambda: [away(181, 8)], hvp=True)
 
 
 @njit
@@ -1204,28 +1204,28 @@ def huber(x, delta):
     return np.where(r < delta, 0.5 * x ** 2, delta * (r - 0.5 * delta)).sum()
 
 
-_add("clip_1d_f64", ["np.clip"], clip_fn, lambda: [distinct(182, 8, avoid=(-1.0, 1.0))])
+_add("clip_1d_f64", ["np.clip"], clip_fn, lambda: [distinct(182, 8, avoid=(-1.0, 1.0))], hvp=True)
 _add("clip_1d_f32", ["np.clip"], clip_fn, lambda: [f32(distinct(183, 8, avoid=(-1.0, 1.0)))],
      tags=("float32",))
 _add("clip_method_2d_f64", ["ndarray.clip"], clip_method,
-     lambda: [distinct(184, (3, 4), -1.5, 1.5, avoid=(-0.5, 0.8)), weights(184, (3, 4))])
+     lambda: [distinct(184, (3, 4), -1.5, 1.5, avoid=(-0.5, 0.8)), weights(184, (3, 4))], hvp=True)
 _add("clip_array_bounds_1d_f64", ["np.clip"], clip_array_bounds,
      lambda: [distinct(185, 6, -2.0, 2.0), -np.full(6, 0.55) + 0.1 * np.arange(6) ** 0.5,
               np.full(6, 0.9)])
 _add("maximum_minimum_1d_f64", ["np.maximum", "np.minimum"], maximum_minimum,
      lambda: [distinct(186, 6, avoid=(0.5,)), distinct(186, 6, avoid=(0.5,)) + away(1186, 6)],
-     wrt=(0, 1))
+     wrt=(0, 1), hvp=True)
 _add("maximum_relu_2d_f64", ["np.maximum"], relu_maximum,
      lambda: [away(187, (3, 4)), weights(187, (3, 4))])
 _add("maximum_relu_2d_strided", ["np.maximum"], relu_maximum,
      lambda: [drop_first_col(away(188, (3, 4))), weights(188, (3, 4))], tags=("strided",))
-_add("abs_1d_f64", ["np.abs", "np.absolute"], abs_fn, lambda: [away(189, 7)])
-_add("fabs_2d_f64", ["np.fabs", "**"], fabs_pow, lambda: [away(190, (3, 3))])
+_add("abs_1d_f64", ["np.abs", "np.absolute"], abs_fn, lambda: [away(189, 7)], hvp=True)
+_add("fabs_2d_f64", ["np.fabs", "**"], fabs_pow, lambda: [away(190, (3, 3))], hvp=True)
 _add("fabs_2d_f32", ["np.fabs", "**"], fabs_pow, lambda: [f32(away(191, (3, 3)))],
      tags=("float32",))
-_add("sign_1d_f64", ["np.sign"], sign_fn, lambda: [away(192, 7)])
+_add("sign_1d_f64", ["np.sign"], sign_fn, lambda: [away(192, 7)], hvp=True)
 _add("huber_1d_f64", ["np.abs", "np.where"], huber,
-     lambda: [distinct(193, 8, avoid=(-1.0, 0.0, 1.0)), 1.0])
+     lambda: [distinct(193, 8, avoid=(-1.0, 0.0, 1.0)), 1.0], hvp=True)
 
 
 @njit
@@ -1279,17 +1279,17 @@ def kron_1d(a, b, w):
 _XP = np.arange(6.0)
 _XQ = np.array([0.3, 1.6, 2.45, 3.8, 4.2, 0.75])
 _add("sort_1d_f64", ["np.sort"], sort_weighted, lambda: [distinct(200, 8), weights(200, 8)],
-     tags=("late_import",))
+     tags=("late_import",), hvp=True)
 _add("sort_1d_f32", ["np.sort"], sort_weighted,
      lambda: [f32(distinct(201, 6)), f32(weights(201, 6))], tags=("float32",))
 _add("sort_1d_strided", ["np.sort"], sort_weighted,
      lambda: [every_other(distinct(202, 6)), weights(202, 6)], tags=("strided",))
 _add("sort_inplace_method_1d_f64", ["ndarray.sort", "np.dot"], sort_inplace,
-     lambda: [distinct(203, 7), weights(203, 7)])
+     lambda: [distinct(203, 7), weights(203, 7)], hvp=True)
 _add("sort_2d_f64", ["np.sort"], sort_rows_2d,
      lambda: [distinct(204, (3, 4)), weights(204, (3, 4))])
 _add("interp_fp_1d_f64", ["np.interp"], interp_values,
-     lambda: [normal(205, 6), _XQ.copy(), _XP.copy(), weights(205, 6)])
+     lambda: [normal(205, 6), _XQ.copy(), _XP.copy(), weights(205, 6)], hvp=True)
 _add("interp_xq_1d_f64", ["np.interp"], interp_query,
      lambda: [_XQ.copy(), _XP.copy(), normal(206, 6), weights(206, 6)])
 _add("interp_scalar_f64", ["np.interp"], interp_scalar,
@@ -1300,7 +1300,8 @@ _add("outer_1d_f32", ["np.outer"], outer_fn,
      lambda: [f32(normal(209, 3)), f32(normal(1209, 4)), f32(weights(209, (3, 4)))],
      wrt=(0, 1), tags=("float32",))
 _add("kron_2d_f64", ["np.kron"], kron_2d,
-     lambda: [normal(210, (2, 2)), normal(1210, (2, 3)), weights(210, (4, 6))], wrt=(0, 1))
+     lambda: [normal(210, (2, 2)), normal(1210, (2, 3)), weights(210, (4, 6))], wrt=(0, 1),
+     hvp=True)
 _add("kron_1d_f64", ["np.kron"], kron_1d,
      lambda: [normal(211, 3), normal(1211, 2), weights(211, 6)], wrt=(0, 1))
 
@@ -1413,7 +1414,7 @@ _add("tanh_2d_f64", ["np.tanh"], tanh_weighted,
 _add("tanh_2d_f32_fortran", ["np.tanh"], tanh_weighted,
      lambda: [f32(fortran(normal(307, (3, 4)))), f32(weights(307, (3, 4)))],
      tags=("float32", "fortran"))
-_add("sqrt_1d_f64", ["np.sqrt"], sqrt_sum, lambda: [positive(308, 7)])
+_add("sqrt_1d_f64", ["np.sqrt"], sqrt_sum, lambda: [positive(308, 7)], hvp=True)
 _add("sqrt_1d_strided", ["np.sqrt"], sqrt_sum, lambda: [every_other(positive(309, 6))],
      tags=("strided",))
 _add("power_const_1d_f64", ["np.power"], power_const, lambda: [positive(310, 6)])
@@ -1425,7 +1426,7 @@ _add("pow_operator_2d_f32", ["**"], pow_operator,
      lambda: [f32(positive(313, (2, 3))), f32(normal(1313, (2, 3)))], wrt=(0, 1),
      tags=("float32",))
 _add("square_ops_1d_f64", ["**", "np.square", "ndarray.mean"], square_ops,
-     lambda: [normal(314, 6)])
+     lambda: [normal(314, 6)], hvp=True)
 _add("pow_scalar_exponent_1d_f64", ["**"], pow_scalar_exponent,
      lambda: [positive(315, 5), 1.7], wrt=(0, 1), hvp=True)
 _add("rpow_1d_f64", ["**"], rpow, lambda: [normal(316, 6)])
@@ -1438,14 +1439,14 @@ _add("more_ufuncs_1d_f32", ["np.log1p", "np.expm1", "np.arctan", "np.sinh", "np.
                             "np.reciprocal", "np.tan", "np.arccos", "np.arcsinh"],
      more_ufuncs, lambda: [f32(positive(318, 6, 0.3, 2.0))], tags=("float32",))
 _add("arctan2_hypot_1d_f64", ["np.arctan2", "np.hypot"], arctan2_hypot,
-     lambda: [positive(319, 5), normal(1319, 5)], wrt=(0, 1))
+     lambda: [positive(319, 5), normal(1319, 5)], wrt=(0, 1), hvp=True)
 _add("logaddexp_1d_f64", ["np.logaddexp"], logaddexp_fn,
      lambda: [normal(320, 5), normal(1320, 5)], wrt=(0, 1))
 _add("ufunc_names_1d_f64", ["np.add", "np.multiply", "np.subtract", "np.divide",
                             "np.negative", "np.true_divide"], ufunc_names,
-     lambda: [positive(321, 5), normal(1321, 5)], wrt=(0, 1))
+     lambda: [positive(321, 5), normal(1321, 5)], wrt=(0, 1), hvp=True)
 _add("ufunc_out_arg_1d_f64", ["np.exp", "np.multiply", "ufunc out", "np.empty_like"], ufunc_out,
-     lambda: [normal(322, 6), weights(322, 6)], tags=("late_import",))
+     lambda: [normal(322, 6), weights(322, 6)], tags=("late_import",), hvp=True)
 
 
 @njit
@@ -1705,9 +1706,10 @@ _add("gram_matrix_f64", ["@", "ndarray.T"], gram_matrix,
      lambda: [normal(422, (4, 3)), weights(422, (3, 3))])
 _add("quad_form_f64", ["@"], quad_form, lambda: [normal(423, 4), normal(1423, (4, 4))],
      wrt=(0, 1), hvp=True)
-_add("vdot_1d_f64", ["np.vdot"], vdot_fn, lambda: [normal(424, 5), normal(1424, 5)], wrt=(0, 1))
+_add("vdot_1d_f64", ["np.vdot"], vdot_fn, lambda: [normal(424, 5), normal(1424, 5)], wrt=(0, 1),
+     hvp=True)
 _add("ndarray_dot_method_f64", ["ndarray.dot"], ndarray_dot_method,
-     lambda: [normal(425, (3, 4)), normal(1425, 4), weights(425, 3)], wrt=(0, 1))
+     lambda: [normal(425, (3, 4)), normal(1425, 4), weights(425, 3)], wrt=(0, 1), hvp=True)
 _add("outer_via_matmul_f64", ["@", "np.newaxis"], outer_via_matmul,
      lambda: [normal(426, 3), normal(1426, 4), weights(426, (3, 4))], wrt=(0, 1))
 _add("chain_matmul_f64", ["@"], chain_matmul,
@@ -1883,7 +1885,7 @@ _add("cholesky_weighted_fortran", ["np.linalg.cholesky"], cholesky_weighted,
      lambda: [fortran(spd(514, 3)), np.tril(weights(514, (3, 3)))], tags=("linalg", "fortran"))
 _add("lstsq_coef_f64", ["np.linalg.lstsq", "np.dot"], lstsq_coef,
      lambda: [singular(515, 6, 3), normal(1515, 6), weights(515, 3)], wrt=(0, 1),
-     tags=("linalg",))
+     tags=("linalg",), hvp=True)
 _add("lstsq_resid_f64", ["np.linalg.lstsq", "@"], lstsq_resid,
      lambda: [singular(516, 5, 2), normal(1516, 5)], wrt=(0, 1), tags=("linalg",))
 _add("eigh_values_f64", ["np.linalg.eigh"], eigh_values,
@@ -1891,28 +1893,29 @@ _add("eigh_values_f64", ["np.linalg.eigh"], eigh_values,
 _add("eigh_values_f32", ["np.linalg.eigh"], eigh_values,
      lambda: [f32(spectral(518, 3)), f32(weights(518, 3))], tags=("linalg", "float32"))
 _add("eigvalsh_f64", ["np.linalg.eigvalsh"], eigvalsh_fn,
-     lambda: [spectral(519, 4), weights(519, 4)], tags=("linalg",))
+     lambda: [spectral(519, 4), weights(519, 4)], tags=("linalg",), hvp=True)
 _add("eigh_vectors_f64", ["np.linalg.eigh"], eigh_vectors,
      lambda: [spectral(520, 3), weights(520, (3, 3))], tags=("linalg",))
 _add("eigh_vectors_fortran", ["np.linalg.eigh"], eigh_vectors,
      lambda: [fortran(spectral(521, 3)), weights(521, (3, 3))], tags=("linalg", "fortran"))
 _add("svd_values_f64", ["np.linalg.svd"], svd_values,
-     lambda: [singular(522, 4, 3), weights(522, 3)], tags=("linalg", "late_import"))
+     lambda: [singular(522, 4, 3), weights(522, 3)], tags=("linalg", "late_import"), hvp=True)
 _add("svd_values_f32", ["np.linalg.svd"], svd_values,
      lambda: [f32(singular(523, 3, 3)), f32(weights(523, 3))], tags=("linalg", "float32"))
 _add("svd_thin_f64", ["np.linalg.svd"], svd_thin,
      lambda: [singular(524, 4, 3), weights(524, 3), weights(1524, (4, 3))], tags=("linalg",))
 _add("qr_absdiag_f64", ["np.linalg.qr", "np.diag", "np.abs", "np.log"], qr_absdiag,
-     lambda: [well(525, 4)], tags=("linalg",))
+     lambda: [well(525, 4)], tags=("linalg",), hvp=True)
 _add("qr_product_f64", ["np.linalg.qr", "@"], qr_product,
      lambda: [normal(526, (4, 3)), weights(526, (4, 3))], tags=("linalg",))
 _add("qr_q_squares_f64", ["np.linalg.qr"], qr_q_squares,
      lambda: [well(527, 3), weights(527, (3, 3))], tags=("linalg",))
 _add("pinv_f64", ["np.linalg.pinv"], pinv_weighted,
-     lambda: [singular(528, 5, 3), weights(528, (3, 5))], tags=("linalg",))
+     lambda: [singular(528, 5, 3), weights(528, (3, 5))], tags=("linalg",), hvp=True)
 _add("matrix_power_f64", ["np.linalg.matrix_power"], matrix_power_fn,
-     lambda: [normal(529, (3, 3), 0.7), weights(529, (3, 3))], tags=("linalg",))
-_add("cond_f64", ["np.linalg.cond"], cond_fn, lambda: [singular(530, 3, 3)], tags=("linalg",))
+     lambda: [normal(529, (3, 3), 0.7), weights(529, (3, 3))], tags=("linalg",), hvp=True)
+_add("cond_f64", ["np.linalg.cond"], cond_fn, lambda: [singular(530, 3, 3)], tags=("linalg",),
+     hvp=True)
 
 
 # =========================================================================================
@@ -2142,9 +2145,9 @@ _add("attention_f64", ["@", "ndarray.T", "np.exp", "ndarray.max", "np.empty_like
               weights(612, (3, 2))], wrt=(0, 1, 2), hvp=True, tags=("composite",))
 _add("polyfit_vander_f64", ["np.vander", "@"], polyfit_vander,
      lambda: [normal(613, 3), np.linspace(-1.0, 1.0, 7), normal(1613, 7)], wrt=(0, 1),
-     tags=("composite",))
+     tags=("composite",), hvp=True)
 _add("cov_logdet_f64", ["np.cov", "np.linalg.slogdet", "np.eye"], cov_logdet,
-     lambda: [normal(614, (3, 6))], tags=("composite", "linalg"))
+     lambda: [normal(614, (3, 6))], tags=("composite", "linalg"), hvp=True)
 _add("heat_explicit_f64", ["np.zeros_like", "slicing", "setitem"], heat_explicit,
      lambda: [normal(615, 8), 0.2, 10], wrt=(0, 1), tags=("composite",))
 _add("pair_energy_f64", ["slicing", "broadcasting", "ndarray.sum", "axis", "np.exp"],
@@ -2281,7 +2284,7 @@ def jitclass_f32(x, c):
 _add("list_literal_1d_f64", ["list", "np.sin", "ndarray.sum"], list_literal,
      lambda: [normal(700, 5)], hvp=True, tags=("container", "late_import"))
 _add("list_append_1d_f64", ["list", "list.append"], list_append, lambda: [normal(701, 5)],
-     tags=("container",))
+     tags=("container",), hvp=True)
 _add("list_of_layers_f64", ["list", "@", "np.tanh"], list_of_layers,
      lambda: [normal(702, 3), normal(1702, (3, 3)), normal(2702, (3, 3))], wrt=(0, 1, 2),
      tags=("container", "late_import"))
@@ -3057,13 +3060,13 @@ _add("tril_2d_f64", ["np.tril"], tril_weighted,
 _add("tril_2d_fortran", ["np.tril"], tril_weighted,
      lambda: [fortran(normal(901, (3, 4))), weights(901, (3, 4))], tags=("fortran",))
 _add("triu_k1_2d_f64", ["np.triu"], triu_k1_sin,
-     lambda: [normal(902, (3, 4)), weights(902, (3, 4))])
+     lambda: [normal(902, (3, 4)), weights(902, (3, 4))], hvp=True)
 _add("atleast_1d_f64", ["np.atleast_1d"], atleast_1d_sq,
-     lambda: [normal(903, 6), weights(903, 6)])
+     lambda: [normal(903, 6), weights(903, 6)], hvp=True)
 _add("atleast_2d_f64", ["np.atleast_2d", "np.sin"], atleast_2d_rows,
-     lambda: [normal(904, 6), weights(904, (1, 6))])
+     lambda: [normal(904, 6), weights(904, (1, 6))], hvp=True)
 _add("atleast_3d_f64", ["np.atleast_3d"], atleast_3d_cube,
-     lambda: [normal(905, (3, 4)), weights(905, (3, 4, 1))])
+     lambda: [normal(905, (3, 4)), weights(905, (3, 4, 1))], hvp=True)
 _add("broadcast_to_f64", ["np.broadcast_to"], broadcast_to_rows,
      lambda: [normal(906, 5), weights(906, (3, 5))], hvp=True)
 _add("cross_3_f64", ["np.cross"], cross_sq, lambda: [normal(907, 3), normal(1907, 3)],
@@ -3071,148 +3074,152 @@ _add("cross_3_f64", ["np.cross"], cross_sq, lambda: [normal(907, 3), normal(1907
 _add("cross_rows_ret_f64", ["np.cross"], cross_rows_ret,
      lambda: [normal(908, (4, 3)), normal(1908, (4, 3))], wrt=(0, 1), returns="array")
 _add("trapezoid_xy_f64", ["np.trapezoid"], trapezoid_xy,
-     lambda: [normal(909, 7), np.cumsum(positive(1909, 7, 0.2, 0.6))], wrt=(0, 1))
+     lambda: [normal(909, 7), np.cumsum(positive(1909, 7, 0.2, 0.6))], wrt=(0, 1), hvp=True)
 _add("trapezoid_dx_f64", ["np.trapezoid", "np.exp"], trapezoid_dx, lambda: [normal(910, 7)])
 _add("average_weights_f64", ["np.average"], average_weighted,
-     lambda: [normal(911, 6), positive(1911, 6)], wrt=(0, 1))
-_add("nanvar_1d_f64", ["np.nanvar"], nanvar_1d, lambda: [with_nans(912, 8)])
-_add("nanstd_1d_f64", ["np.nanstd"], nanstd_1d, lambda: [with_nans(913, 8)])
-_add("nanprod_1d_f64", ["np.nanprod"], nanprod_1d, lambda: [_nan_positive(914, 7)])
+     lambda: [normal(911, 6), positive(1911, 6)], wrt=(0, 1), hvp=True)
+_add("nanvar_1d_f64", ["np.nanvar"], nanvar_1d, lambda: [with_nans(912, 8)], hvp=True)
+_add("nanstd_1d_f64", ["np.nanstd"], nanstd_1d, lambda: [with_nans(913, 8)], hvp=True)
+_add("nanprod_1d_f64", ["np.nanprod"], nanprod_1d, lambda: [_nan_positive(914, 7)], hvp=True)
 _add("nancumsum_1d_f64", ["np.nancumsum"], nancumsum_weighted,
-     lambda: [with_nans(915, 7), weights(915, 7)])
+     lambda: [with_nans(915, 7), weights(915, 7)], hvp=True)
 _add("nancumprod_ret_1d_f64", ["np.nancumprod"], nancumprod_ret,
      lambda: [_nan_positive(916, 6)], returns="array")
 _add("nanpercentile_1d_f64", ["np.nanpercentile"], nanpercentile_30,
-     lambda: [_nan_distinct(917, 8)])
+     lambda: [_nan_distinct(917, 8)], hvp=True)
 _add("nanquantile_1d_f64", ["np.nanquantile"], nanquantile_70,
-     lambda: [_nan_distinct(918, 8)])
-_add("ptp_1d_f64", ["np.ptp"], ptp_sq, lambda: [distinct(919, 7)])
+     lambda: [_nan_distinct(918, 8)], hvp=True)
+_add("ptp_1d_f64", ["np.ptp"], ptp_sq, lambda: [distinct(919, 7)], hvp=True)
 _add("ptp_2d_f64", ["np.ptp"], ptp_sq, lambda: [distinct(920, (3, 4))])
 _add("moveaxis_3d_f64", ["np.moveaxis"], moveaxis_weighted,
-     lambda: [normal(921, (2, 3, 4)), weights(921, (3, 4, 2))])
+     lambda: [normal(921, (2, 3, 4)), weights(921, (3, 4, 2))], hvp=True)
 _add("rot90_2d_f64", ["np.rot90"], rot90_weighted,
-     lambda: [normal(922, (3, 4)), weights(922, (4, 3))])
+     lambda: [normal(922, (3, 4)), weights(922, (4, 3))], hvp=True)
 _add("array_from_list_f64", ["np.array"], array_from_list,
      lambda: [normal(923, 5), weights(923, 3)], hvp=True)
 _add("asarray_from_tuple_f64", ["np.asarray", "tuple"], asarray_from_tuple,
-     lambda: [0.7, -1.2], wrt=(0, 1))
+     lambda: [0.7, -1.2], wrt=(0, 1), hvp=True)
 _add("array_2x2_ret_f64", ["np.array"], array_2x2_ret, lambda: [normal(924, 5)],
      returns="array")
 _add("convolve_ret_f64", ["np.convolve"], convolve_ret,
      lambda: [normal(925, 6), normal(1925, 3)], wrt=(0, 1), returns="array")
 _add("correlate_valid_f64", ["np.correlate"], correlate_weighted,
-     lambda: [normal(926, 7), normal(1926, 3), weights(926, 5)], wrt=(0, 1))
+     lambda: [normal(926, 7), normal(1926, 3), weights(926, 5)], wrt=(0, 1), hvp=True)
 _add("corrcoef_rows_f64", ["np.corrcoef"], corrcoef_weighted,
-     lambda: [normal(927, (3, 6)), weights(927, (3, 3))])
+     lambda: [normal(927, (3, 6)), weights(927, (3, 3))], hvp=True)
 _add("corrcoef_pair_f64", ["np.corrcoef"], corrcoef_pair,
      lambda: [normal(928, 7), normal(1928, 7)], wrt=(0, 1))
 _add("select_1d_f64", ["np.select"], select_pieces,
-     lambda: [distinct(929, 8, avoid=(-0.5, 0.5)), weights(929, 8)])
+     lambda: [distinct(929, 8, avoid=(-0.5, 0.5)), weights(929, 8)], hvp=True)
 _add("append_ret_f64", ["np.append"], append_ret, lambda: [normal(930, 5), normal(1930, 3)],
      wrt=(0, 1), returns="array")
 _add("append_scalar_f64", ["np.append"], append_scalar,
-     lambda: [normal(931, 5), 0.8, weights(931, 6)], wrt=(0, 1))
+     lambda: [normal(931, 5), 0.8, weights(931, 6)], wrt=(0, 1), hvp=True)
 _add("insert_scalar_f64", ["np.insert"], insert_scalar,
-     lambda: [normal(932, 5), -0.6, weights(932, 6)], wrt=(0, 1))
+     lambda: [normal(932, 5), -0.6, weights(932, 6)], wrt=(0, 1), hvp=True)
 _add("delete_index_f64", ["np.delete"], delete_index,
-     lambda: [normal(933, 6), weights(933, 5)])
+     lambda: [normal(933, 6), weights(933, 5)], hvp=True)
 _add("delete_indices_f64", ["np.delete"], delete_indices,
      lambda: [normal(934, 7), np.array([0, 3, 4])])
 _add("split_halves_f64", ["np.split"], split_halves, lambda: [normal(935, 8)], hvp=True)
-_add("array_split_loop_f64", ["np.array_split"], array_split_loop, lambda: [normal(936, 8)])
-_add("hsplit_2d_f64", ["np.hsplit"], hsplit_halves, lambda: [normal(937, (3, 4))])
-_add("vsplit_2d_f64", ["np.vsplit"], vsplit_rows, lambda: [normal(938, (3, 4))])
-_add("dsplit_3d_f64", ["np.dsplit", "np.sin"], dsplit_halves, lambda: [normal(939, (2, 3, 4))])
+_add("array_split_loop_f64", ["np.array_split"], array_split_loop, lambda: [normal(936, 8)],
+     hvp=True)
+_add("hsplit_2d_f64", ["np.hsplit"], hsplit_halves, lambda: [normal(937, (3, 4))], hvp=True)
+_add("vsplit_2d_f64", ["np.vsplit"], vsplit_rows, lambda: [normal(938, (3, 4))], hvp=True)
+_add("dsplit_3d_f64", ["np.dsplit", "np.sin"], dsplit_halves, lambda: [normal(939, (2, 3, 4))],
+     hvp=True)
 _add("take_along_axis_2d_f64", ["np.take_along_axis"], take_along_axis_rows,
-     lambda: [normal(940, (3, 4)), _I32.copy(), weights(940, (3, 2))])
+     lambda: [normal(940, (3, 4)), _I32.copy(), weights(940, (3, 2))], hvp=True)
 _add("linspace_endpoints_f64", ["np.linspace", "np.sin"], linspace_sin,
-     lambda: [-0.4, 1.3, weights(941, 7)], wrt=(0, 1))
+     lambda: [-0.4, 1.3, weights(941, 7)], wrt=(0, 1), hvp=True)
 _add("diagflat_matmul_f64", ["np.diagflat", "@"], diagflat_matmul,
-     lambda: [normal(942, 4), normal(1942, (4, 3)), weights(942, (4, 3))])
+     lambda: [normal(942, 4), normal(1942, (4, 3)), weights(942, (4, 3))], hvp=True)
 _add("diagflat_k1_ret_f64", ["np.diagflat"], diagflat_k1_ret, lambda: [normal(943, 4)],
      returns="array")
 _add("fill_diagonal_values_f64", ["np.fill_diagonal", "ndarray.copy"], fill_diagonal_values,
-     lambda: [normal(944, (3, 4)), normal(1944, 3), weights(944, (3, 4))], wrt=(0, 1))
+     lambda: [normal(944, (3, 4)), normal(1944, 3), weights(944, (3, 4))], wrt=(0, 1), hvp=True)
 _add("fill_diagonal_scalar_f64", ["np.fill_diagonal", "ndarray.copy"], fill_diagonal_scalar,
      lambda: [normal(945, (3, 4)), 1.4], wrt=(0, 1))
 _add("full_scalar_f64", ["np.full"], full_scaled,
      lambda: [0.9, normal(946, (3, 4)), weights(946, (3, 4))], wrt=(0, 1), hvp=True)
 _add("full_like_f64", ["np.full_like"], full_like_sq, lambda: [normal(947, 6), -0.7],
-     wrt=(0, 1))
+     wrt=(0, 1), hvp=True)
 _add("dstack_2d_f64", ["np.dstack"], dstack_weighted,
      lambda: [normal(948, (3, 4)), normal(1948, (3, 4)), weights(948, (3, 4, 2))],
-     wrt=(0, 1))
+     wrt=(0, 1), hvp=True)
 _add("ediff1d_ret_f64", ["np.ediff1d"], ediff1d_ret, lambda: [normal(949, 6)],
      returns="array")
 _add("ediff1d_to_begin_f64", ["np.ediff1d"], ediff1d_to_begin,
-     lambda: [normal(950, 6), weights(950, 6)])
+     lambda: [normal(950, 6), weights(950, 6)], hvp=True)
 _add("nan_to_num_1d_f64", ["np.nan_to_num"], nan_to_num_sq,
-     lambda: [with_nans(951, 7), weights(951, 7)])
+     lambda: [with_nans(951, 7), weights(951, 7)], hvp=True)
 _add("resize_2d_f64", ["np.resize"], resize_weighted,
-     lambda: [normal(952, 5), weights(952, (3, 4))])
-_add("extract_positive_f64", ["np.extract"], extract_positive, lambda: [away(953, 8)])
+     lambda: [normal(952, 5), weights(952, (3, 4))], hvp=True)
+_add("extract_positive_f64", ["np.extract"], extract_positive, lambda: [away(953, 8)], hvp=True)
 _add("unwrap_1d_f64", ["np.unwrap"], unwrap_sq,
-     lambda: [_wrapped_phases(954, 7), weights(954, 7)])
-_add("sinc_1d_f64", ["np.sinc"], sinc_weighted, lambda: [normal(955, 7), weights(955, 7)])
+     lambda: [_wrapped_phases(954, 7), weights(954, 7)], hvp=True)
+_add("sinc_1d_f64", ["np.sinc"], sinc_weighted, lambda: [normal(955, 7), weights(955, 7)], hvp=True)
 _add("permute_dims_3d_f64", ["np.permute_dims"], permute_dims_weighted,
-     lambda: [normal(956, (2, 3, 4)), weights(956, (4, 2, 3))])
+     lambda: [normal(956, (2, 3, 4)), weights(956, (4, 2, 3))], hvp=True)
 _add("concat_ret_f64", ["np.concat", "np.sin"], concat_ret,
      lambda: [normal(957, 4), normal(1957, 3)], wrt=(0, 1), returns="array")
 _add("sliding_window_mean_f64", ["np.lib.stride_tricks.sliding_window_view", "ndarray.mean"],
-     moving_average_sq, lambda: [normal(958, 8)])
-_add("partition_low_f64", ["np.partition"], partition_low, lambda: [distinct(959, 7)])
+     moving_average_sq, lambda: [normal(958, 8)], hvp=True)
+_add("partition_low_f64", ["np.partition"], partition_low, lambda: [distinct(959, 7)], hvp=True)
 _add("float_power_1d_f64", ["np.float_power"], float_power_weighted,
-     lambda: [positive(960, 6), weights(960, 6)])
+     lambda: [positive(960, 6), weights(960, 6)], hvp=True)
 _add("pow_arrays_f64", ["np.pow"], pow_arrays,
-     lambda: [positive(961, 6), normal(1961, 6), weights(961, 6)], wrt=(0, 1))
+     lambda: [positive(961, 6), normal(1961, 6), weights(961, 6)], wrt=(0, 1), hvp=True)
 _add("fmod_scalar_f64", ["np.fmod"], fmod_sq,
      lambda: [distinct(962, 7, -3.0, 3.0, avoid=_MULTS_13), 1.3, weights(962, 7)],
-     wrt=(0, 1))
+     wrt=(0, 1), hvp=True)
 _add("remainder_scalar_f64", ["np.remainder"], remainder_sq,
      lambda: [distinct(963, 7, -3.0, 3.0, avoid=_MULTS_13), 1.3, weights(963, 7)],
-     wrt=(0, 1))
+     wrt=(0, 1), hvp=True)
 _add("mod_scalar_f64", ["np.mod", "np.sin"], mod_sin,
      lambda: [distinct(964, 7, -3.0, 3.0, avoid=_MULTS_13), 1.3, weights(964, 7)],
-     wrt=(0, 1))
+     wrt=(0, 1), hvp=True)
 _add("fmax_1d_f64", ["np.fmax"], fmax_weighted, lambda: [*_apart(965, 7), weights(965, 7)],
-     wrt=(0, 1))
+     wrt=(0, 1), hvp=True)
 _add("fmin_1d_f64", ["np.fmin"], fmin_sq, lambda: [*_apart(966, 7), weights(966, 7)],
-     wrt=(0, 1))
+     wrt=(0, 1), hvp=True)
 _add("copysign_1d_f64", ["np.copysign", "np.exp"], copysign_exp,
-     lambda: [away(967, 6), away(1967, 6), weights(967, 6)], wrt=(0, 1))
+     lambda: [away(967, 6), away(1967, 6), weights(967, 6)], wrt=(0, 1), hvp=True)
 _add("ldexp_1d_f64", ["np.ldexp"], ldexp_sq,
-     lambda: [normal(968, 6), np.array([0, 1, -1, 2, 3, -2]), weights(968, 6)])
+     lambda: [normal(968, 6), np.array([0, 1, -1, 2, 3, -2]), weights(968, 6)], hvp=True)
 _add("deg2rad_radians_f64", ["np.deg2rad", "np.radians"], deg2rad_radians,
-     lambda: [normal(969, 6, 60.0), weights(969, 6)])
+     lambda: [normal(969, 6, 60.0), weights(969, 6)], hvp=True)
 _add("rad2deg_degrees_f64", ["np.rad2deg", "np.degrees"], rad2deg_degrees,
-     lambda: [normal(970, 6), weights(970, 6)])
+     lambda: [normal(970, 6), weights(970, 6)], hvp=True)
 _add("asin_acos_f64", ["np.asin", "np.acos"], asin_acos,
-     lambda: [distinct(971, 6, -0.8, 0.8), weights(971, 6)])
+     lambda: [distinct(971, 6, -0.8, 0.8), weights(971, 6)], hvp=True)
 _add("atan_atan2_f64", ["np.atan", "np.atan2"], atan_atan2,
-     lambda: [away(972, 6), away(1972, 6), weights(972, 6)], wrt=(0, 1))
+     lambda: [away(972, 6), away(1972, 6), weights(972, 6)], wrt=(0, 1), hvp=True)
 _add("asinh_acosh_atanh_f64", ["np.asinh", "np.acosh", "np.atanh"], asinh_acosh_atanh,
-     lambda: [away(973, 6), distinct(1973, 6, -0.8, 0.8), weights(973, 6)], wrt=(0, 1))
+     lambda: [away(973, 6), distinct(1973, 6, -0.8, 0.8), weights(973, 6)], wrt=(0, 1), hvp=True)
 _add("arccosh_arctanh_f64", ["np.arccosh", "np.arctanh"], arccosh_arctanh,
      lambda: [positive(974, 6, 1.2, 3.0), distinct(1974, 6, -0.8, 0.8), weights(974, 6)],
-     wrt=(0, 1))
+     wrt=(0, 1), hvp=True)
 _add("logaddexp2_1d_f64", ["np.logaddexp2"], logaddexp2_weighted,
-     lambda: [normal(975, 6), normal(1975, 6), weights(975, 6)], wrt=(0, 1))
-_add("positive_1d_f64", ["np.positive"], positive_sq, lambda: [normal(976, 6), weights(976, 6)])
+     lambda: [normal(975, 6), normal(1975, 6), weights(975, 6)], wrt=(0, 1), hvp=True)
+_add("positive_1d_f64", ["np.positive"], positive_sq, lambda: [normal(976, 6), weights(976, 6)],
+     hvp=True)
 _add("eigvals_real_f64", ["np.linalg.eigvals", "np.max"], eigvals_sum_exp,
-     lambda: [_real_spectrum(977, 3)], tags=("linalg",))
+     lambda: [_real_spectrum(977, 3)], tags=("linalg",), hvp=True)
 _add("fill_method_f64", ["ndarray.fill", "np.empty"], fill_method,
-     lambda: [normal(978, 6), 0.6], wrt=(0, 1))
+     lambda: [normal(978, 6), 0.6], wrt=(0, 1), hvp=True)
 _add("item_quadratic_f64", ["ndarray.item", "np.newaxis", "@"], item_quadratic,
      lambda: [normal(979, 3), normal(1979, (3, 3))], hvp=True)
 _add("astype_f32_to_f64", ["ndarray.astype"], astype_f64_sq,
-     lambda: [f32(normal(980, 6)), weights(980, 6)], tags=("float32",))
+     lambda: [f32(normal(980, 6)), weights(980, 6)], tags=("float32",), hvp=True)
 _add("round_times_f64", ["np.round"], round_times,
-     lambda: [distinct(981, 7, avoid=(-1.5, -0.5, 0.5, 1.5))])
-_add("around_1_times_f64", ["np.around"], around_1_times, lambda: [distinct(982, 7)])
+     lambda: [distinct(981, 7, avoid=(-1.5, -0.5, 0.5, 1.5))], hvp=True)
+_add("around_1_times_f64", ["np.around"], around_1_times, lambda: [distinct(982, 7)], hvp=True)
 _add("ndenumerate_2d_f64", ["np.ndenumerate"], ndenumerate_weighted,
      lambda: [normal(983, (3, 4)), weights(983, (3, 4))], hvp=True)
-_add("nditer_2d_f64", ["np.nditer", "ndarray.item"], nditer_cubes, lambda: [normal(984, (3, 4))])
-_add("flat_loop_2d_f64", ["ndarray.flat"], flat_loop, lambda: [normal(985, (3, 4))])
+_add("nditer_2d_f64", ["np.nditer", "ndarray.item"], nditer_cubes, lambda: [normal(984, (3, 4))],
+     hvp=True)
+_add("flat_loop_2d_f64", ["ndarray.flat"], flat_loop, lambda: [normal(985, (3, 4))], hvp=True)
 _add("flat_loop_2d_fortran", ["ndarray.flat"], flat_loop,
      lambda: [fortran(normal(986, (3, 4)))], tags=("fortran",))
 _add("flat_index_2d_f64", ["ndarray.flat"], flat_index,
@@ -3276,24 +3283,24 @@ def _nonsymmetric(seed, n):
 
 
 _add("geomspace_ends_f64", ["np.geomspace"], geomspace_ends,
-     lambda: [np.array([0.5, 2.0]), weights(990, 5)])
+     lambda: [np.array([0.5, 2.0]), weights(990, 5)], hvp=True)
 _add("logspace_ends_f64", ["np.logspace"], logspace_ends,
-     lambda: [np.array([0.1, 0.6]), weights(991, 5)])
+     lambda: [np.array([0.1, 0.6]), weights(991, 5)], hvp=True)
 _add("broadcast_arrays_2d_f64", ["np.broadcast_arrays"], broadcast_arrays_product,
-     lambda: [normal(992, 4), normal(1992, (3, 4))], wrt=(0, 1))
+     lambda: [normal(992, 4), normal(1992, (3, 4))], wrt=(0, 1), hvp=True)
 _add("asarray_chkfinite_f64", ["np.asarray_chkfinite"], chkfinite_squares,
-     lambda: [normal(993, 6)])
+     lambda: [normal(993, 6)], hvp=True)
 _add("real_imag_conj_f64", ["np.real", "np.imag", "np.conj"], real_imag_conj,
-     lambda: [normal(994, 6), normal(1994, 6)])
+     lambda: [normal(994, 6), normal(1994, 6)], hvp=True)
 _add("trim_zeros_f64", ["np.trim_zeros"], trim_zeros_squares,
      lambda: [np.array([0.0, 0.0, 1.5, -0.3, 0.0, 2.0, 0.0])])
 _add("unique_values_f64", ["np.unique"], unique_weighted,
-     lambda: [np.array([0.3, -1.2, 2.0, 0.9, -0.4]), weights(997, 5)])
+     lambda: [np.array([0.3, -1.2, 2.0, 0.9, -0.4]), weights(997, 5)], hvp=True)
 _add("as_strided_pairs_f64", ["np.lib.stride_tricks.as_strided"], as_strided_pairs,
-     lambda: [normal(995, 6)])
+     lambda: [normal(995, 6)], hvp=True)
 _add("eig_real_f64", ["np.linalg.eig"], eig_weighted,
      lambda: [_nonsymmetric(996, 3), weights(996, 3), weights(1996, (3, 3))],
-     tags=("linalg",))
+     tags=("linalg",), hvp=True)
 
 
 
@@ -3389,22 +3396,22 @@ _add("nanargmax_nanargmin_f64", ["np.nanargmax", "np.nanargmin"], nanarg_selecte
 _add("float64_cast_f64", ["np.float64"], float_casts, lambda: [normal(1004, 6), 1.3],
      wrt=(0, 1), hvp=True)
 _add("float32_cast_f32", ["np.float32"], float32_casts, lambda: [f32(normal(1005, 6))],
-     tags=("float32",))
+     tags=("float32",), hvp=True)
 _add("floor_divide_divmod_f64", ["np.floor_divide", "np.divmod"], floor_divide_divmod,
-     lambda: [positive(1006, 6, 0.6, 9.7), positive(1007, 6, 0.9, 2.0)], wrt=(0, 1))
-_add("spacing_f64", ["np.spacing"], spacing_plus_square, lambda: [normal(1008, 6)])
-_add("nextafter_f64", ["np.nextafter"], nextafter_times, lambda: [normal(1009, 6)])
+     lambda: [positive(1006, 6, 0.6, 9.7), positive(1007, 6, 0.9, 2.0)], wrt=(0, 1), hvp=True)
+_add("spacing_f64", ["np.spacing"], spacing_plus_square, lambda: [normal(1008, 6)], hvp=True)
+_add("nextafter_f64", ["np.nextafter"], nextafter_times, lambda: [normal(1009, 6)], hvp=True)
 _add("angle_real_complex_f64", ["np.angle"], angle_real_complex, lambda: [away(1010, 6)],
      hvp=True)
 _add("set_operations_disjoint_f64",
      ["np.union1d", "np.intersect1d", "np.setdiff1d", "np.setxor1d"], set_operations,
-     _disjoint_sets, wrt=(0, 1))
+     _disjoint_sets, wrt=(0, 1), hvp=True)
 _add("frombuffer_f64", ["np.frombuffer"], frombuffer_squares, lambda: [normal(1011, 6)],
      hvp=True)
 _add("complex128_f64", ["np.complex128"], complex128_values, lambda: [normal(1012, 2)],
      hvp=True)
 _add("complex64_f32", ["np.complex64"], complex64_values, lambda: [f32(normal(1013, 2))],
-     tags=("float32",))
+     tags=("float32",), hvp=True)
 _add("roots_cubic_f64", ["np.roots"], roots_squares,
      lambda: [np.array([1.0, -6.0, 11.0, -6.2])], hvp=True)
 

@@ -6,7 +6,7 @@ marked hvp=True, each against finite differences (``numpy_checks.py``, shared wi
 The regular run is a subset chosen from the registry alone, so it is the same on every
 machine: every NumPy name of the corpus (``Program.covers``) at least once in reverse
 mode, every program tagged "composite", forward mode on about half of those
-(``_forward_subset``), and about 30 hvp programs, preferring
+(``_forward_subset``), and about 40 hvp programs spread over the corpus, preferring
 float64 C-contiguous variants and avoiding the few programs whose derivative builds take
 tens of seconds when a cheaper program covers the same names. ``ENZPY_SLOW=1`` runs the
 whole corpus. A case that enzpy refuses or gets wrong fails, with the reason.
@@ -21,7 +21,7 @@ from numpy_corpus import PROGRAMS
 SLOW = bool(os.environ.get("ENZPY_SLOW"))
 BY_NAME = {p.name: p for p in PROGRAMS}
 ORDER = {p.name: i for i, p in enumerate(PROGRAMS)}
-HVP_TARGET = 15
+HVP_TARGET = 40
 
 # Variants the regular run prefers not to pick: other dtypes and layouts (the slow run has
 # them), and programs measured at 20 s or more of CPU for their derivative builds (the
@@ -64,12 +64,10 @@ def regular_subset():
     first = _cover(PROGRAMS, [p for p in PROGRAMS if "composite" in p.tags])
     hvp_programs = [p for p in PROGRAMS if p.hvp and p.name not in EXPENSIVE_HVP and
                     ("linalg" not in p.tags or p.name in LINALG_HVP)]
+    # one program per name, thinned evenly along the corpus to about HVP_TARGET (the
+    # slow run covers every name)
     second = _cover(hvp_programs, [])
-    for p in sorted(hvp_programs, key=lambda q: _preference(q, set())):
-        if len(second) >= HVP_TARGET:
-            break
-        if p not in second:
-            second.append(p)
+    second = second[::-(-len(second) // HVP_TARGET)]
     order = lambda ps: sorted(ps, key=lambda q: ORDER[q.name])     # noqa: E731
     return order(first), order(second)
 
