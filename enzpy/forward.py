@@ -178,7 +178,7 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
         """The sum over operands of partial derivative times the operand's tangent."""
         e = self.e
         rule = rules.lookup(ins.callee if ins.opcode == "call" else ins.opcode,
-                            self._where(ins))
+                            lambda: self._where(ins))
         total = None
         for operand, partial in zip(ins.args, rule.partials):
             if partial is None or not self.act.is_active(operand):

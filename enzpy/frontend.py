@@ -485,10 +485,12 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
     """Link the raw IR of ``root`` and of every Numba function it reaches
     (``lowered`` gains the glue of custom rules the derivative in ``mode``
     calls: for the functions ``root`` reaches, and in ``hvp``, which
-    differentiates glue again, for those the glue reaches too)."""
+    differentiates glue again, for those the glue reaches too). Returns the
+    module and the ``OriginalBlocks`` of its functions."""
     text = _hoist_tuple_item_slots(_raw_text(root))
     module = llvm.parse_assembly(cgutils.normalize_ir_text(text))
     linked, references = {root.symbol}, _references_by_function(text)
+    texts = dict.fromkeys(references, text)
     defined = {fn.name for fn in module.functions if not fn.is_declaration}
     while True:
         missing = [fn.name for fn in module.functions
@@ -521,6 +523,7 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
             other = llvm.parse_assembly(cgutils.normalize_ir_text(text))
             for fn_name, names in _references_by_function(text).items():
                 references.setdefault(fn_name, names)   # (the definition kept)
+                texts.setdefault(fn_name, text)
             for fn in other.functions:
                 if not fn.is_declaration:
                     linked.add(fn.name)
@@ -530,7 +533,7 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
             added = True
         if not added:
             break
-    return _resolve_mutual_recursion(module)
+    return _resolve_mutual_recursion(module), OriginalBlocks(texts)
 
 
 _UNRESOLVED = ".numba.unresolved$"
@@ -598,45 +601,65 @@ def _reached(module, root, references: dict) -> set:
 def _resolve_mutual_recursion(module):
     """Numba calls a mutually recursive function through a pointer it fills in
     at load time (``@".numba.unresolved$f"``); point it at the linked ``f`` so
-    the cleanup turns those indirect calls into direct ones."""
-    defined = {fn.name for fn in module.functions if not fn.is_declaration}
+    the cleanup turns those indirect calls into direct ones. (A small module
+    defining the pointers is linked in: printing and parsing the whole module
+    again cost as much as linking it.)"""
+    defined = {fn.name: fn for fn in module.functions if not fn.is_declaration}
     targets = [g.name for g in module.global_variables if g.name.startswith(_UNRESOLVED)
-               and g.name[len(_UNRESOLVED):] in defined]
+               and g.is_declaration and g.name[len(_UNRESOLVED):] in defined]
     if not targets:
         return module
-    pattern = re.compile(r'^@"?(' + "|".join(map(re.escape, targets)) +
-                         r')"? = external global ptr', re.M)
-    return llvm.parse_assembly(pattern.sub(
-        lambda m: f'@"{m.group(1)}" = internal constant ptr @"{m.group(1)[len(_UNRESOLVED):]}"',
-        str(module)))
+    lines = []
+    for name in targets:
+        fn = defined[name[len(_UNRESOLVED):]]
+        ret, _, params = str(fn.global_value_type).partition(" (")
+        lines += [f'declare {ret} @"{fn.name}"({params}',
+                  f'@"{name}" = constant ptr @"{fn.name}"']
+    module.link_in(llvm.parse_assembly("\n".join(lines)))
+    for name in targets:
+        module.get_global_variable(name).linkage = llvm.Linkage.internal
+    return module
 
 
-_DEFINE = re.compile(r'^define [^@]*@"?([^"(]+)"?\(')
 _LABEL = re.compile(r'^"?([^":]+)"?:')
 _ASSIGN = re.compile(r'^\s+%"?([^"\s]+)"? = ')
 
 
-def original_blocks(module) -> dict:
-    """{function: {instruction name: block label}} before cleanup merges blocks.
+class OriginalBlocks:
+    """{function: {instruction name: block label}} before cleanup merges blocks,
+    read on demand from the raw IR text each function was linked from (only
+    messages need it, for the few functions they name).
 
     Numba names blocks after bytecode offsets (``B54``), which map to source
     lines; instruction names survive the cleanup passes, block names do not.
     """
-    table, current, label = {}, None, ""
-    for line in str(module).splitlines():
-        m = _DEFINE.match(line)
-        if m:
-            current = table.setdefault(m.group(1), {})
-            continue
-        if current is None:
-            continue
+
+    def __init__(self, texts: dict):
+        self._texts = texts         # function -> raw IR text of the module defining it
+        self._table = {}
+
+    def get(self, symbol, default=None):
+        if symbol not in self._table:
+            text = self._texts.get(symbol)
+            self._table[symbol] = _instruction_blocks(text, symbol) if text else {}
+        return self._table[symbol] or default
+
+
+def _instruction_blocks(text: str, symbol: str) -> dict:
+    """{instruction name: block label} of ``symbol``'s definition in ``text``."""
+    start = re.search(r'^define [^@]*@"?' + re.escape(symbol) + r'"?\(', text, re.M)
+    if start is None:
+        return {}
+    end = text.find("\n}", start.end())
+    table, label = {}, ""
+    for line in text[start.end():end if end >= 0 else len(text)].splitlines()[1:]:
         m = _LABEL.match(line)
         if m:
             label = m.group(1)
             continue
         m = _ASSIGN.match(line)
         if m:
-            current[m.group(1)] = label
+            table[m.group(1)] = label
     return table
 
 

@@ -185,9 +185,8 @@ class Build:
             lowered = frontend.collect_module(low)
         self.report.numba = split
         with self.stage("capture"):
-            module = frontend.link_module(low, lowered, self.mode)
+            module, blocks = frontend.link_module(low, lowered, self.mode)
         with self.stage("cleanup"):
-            blocks = frontend.original_blocks(module)
             frontend.mark_small_helpers(module, lambda name: name == low.symbol or
                                         custom.covered(name) or _user_code(lowered.get(name)))
             frontend.cleanup(module)

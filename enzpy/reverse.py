@@ -650,7 +650,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         if ins.opcode == "call" and not ins.callee:
             raise UnsupportedError(f"indirect call with active arguments `{ins.text}`"
                                    f"{self._where(ins)}")
-        rule = rules.lookup(name, self._where(ins))
+        rule = rules.lookup(name, lambda: self._where(ins))
         operands = ins.args
         args = [self._lazy(o, block) for o in operands]
         result = self._lazy(ins.value, block)

@@ -145,11 +145,12 @@ def normalize(callee: str) -> str:
     return callee
 
 
-def lookup(name: str, where: str = "") -> Rule:
-    """The rule for an opcode or callee; ``UnsupportedError`` when there is none."""
+def lookup(name: str, where=lambda: "") -> Rule:
+    """The rule for an opcode or callee; ``UnsupportedError`` when there is none
+    (``where()`` locates the call for the message: only then is it worked out)."""
     found = RULES.get(normalize(name))
     if found is None:
-        raise UnsupportedError(f"no derivative rule for '{name}'{where}; give the @njit "
+        raise UnsupportedError(f"no derivative rule for '{name}'{where()}; give the @njit "
                                f"function calling it a derivative with enzpy.defvjp (and "
                                f"enzpy.defjvp)")
     return found

@@ -34,7 +34,7 @@ def tuple_mix(x):
 def cleaned(f, *args):
     f(*args)
     low = frontend.lower(f, tuple(typeof(a) for a in args))
-    module = frontend.link_module(low, frontend.collect_module(low))
+    module, _ = frontend.link_module(low, frontend.collect_module(low))
     frontend.cleanup(module)
     return module
 
