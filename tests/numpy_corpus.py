@@ -2870,8 +2870,29 @@ def permute_dims_weighted(T, W):
 
 
 @njit
-def concat_ret(x, y):
+def concat_fn_ret(x, y):
     return np.concat((x, np.sin(y)))
+
+
+@njit
+def concat_fn_weighted(x, y, w):
+    return (w * np.concat((x, np.sin(y))) ** 2).sum()
+
+
+@njit
+def nancumprod_weighted(x, w):
+    return (w * np.nancumprod(x)).sum()
+
+
+@njit
+def convolve_sq(x, k):
+    return (np.convolve(x, k) ** 2).sum()
+
+
+@njit
+def trim_zeros_masked(x, m):
+    # the zeros trimmed are the mask's: they stay zeros as x moves
+    return (np.trim_zeros(m * x) ** 3).sum()
 
 
 @njit
@@ -3085,6 +3106,8 @@ _add("nancumsum_1d_f64", ["np.nancumsum"], nancumsum_weighted,
      lambda: [with_nans(915, 7), weights(915, 7)], hvp=True)
 _add("nancumprod_ret_1d_f64", ["np.nancumprod"], nancumprod_ret,
      lambda: [_nan_positive(916, 6)], returns="array")
+_add("nancumprod_weighted_1d_f64", ["np.nancumprod"], nancumprod_weighted,
+     lambda: [_nan_positive(2916, 6), weights(2916, 6)], hvp=True)
 _add("nanpercentile_1d_f64", ["np.nanpercentile"], nanpercentile_30,
      lambda: [_nan_distinct(917, 8)], hvp=True)
 _add("nanquantile_1d_f64", ["np.nanquantile"], nanquantile_70,
@@ -3103,6 +3126,8 @@ _add("array_2x2_ret_f64", ["np.array"], array_2x2_ret, lambda: [normal(924, 5)],
      returns="array")
 _add("convolve_ret_f64", ["np.convolve"], convolve_ret,
      lambda: [normal(925, 6), normal(1925, 3)], wrt=(0, 1), returns="array")
+_add("convolve_sq_f64", ["np.convolve"], convolve_sq,
+     lambda: [normal(2925, 6), normal(3925, 3)], wrt=(0, 1), hvp=True)
 _add("correlate_valid_f64", ["np.correlate"], correlate_weighted,
      lambda: [normal(926, 7), normal(1926, 3), weights(926, 5)], wrt=(0, 1), hvp=True)
 _add("corrcoef_rows_f64", ["np.corrcoef"], corrcoef_weighted,
@@ -3161,8 +3186,10 @@ _add("unwrap_1d_f64", ["np.unwrap"], unwrap_sq,
 _add("sinc_1d_f64", ["np.sinc"], sinc_weighted, lambda: [normal(955, 7), weights(955, 7)], hvp=True)
 _add("permute_dims_3d_f64", ["np.permute_dims"], permute_dims_weighted,
      lambda: [normal(956, (2, 3, 4)), weights(956, (4, 2, 3))], hvp=True)
-_add("concat_ret_f64", ["np.concat", "np.sin"], concat_ret,
+_add("concat_ret_f64", ["np.concat", "np.sin"], concat_fn_ret,
      lambda: [normal(957, 4), normal(1957, 3)], wrt=(0, 1), returns="array")
+_add("concat_weighted_f64", ["np.concat", "np.sin"], concat_fn_weighted,
+     lambda: [normal(2957, 4), normal(3957, 3), weights(2957, 7)], wrt=(0, 1), hvp=True)
 _add("sliding_window_mean_f64", ["np.lib.stride_tricks.sliding_window_view", "ndarray.mean"],
      moving_average_sq, lambda: [normal(958, 8)], hvp=True)
 _add("partition_low_f64", ["np.partition"], partition_low, lambda: [distinct(959, 7)], hvp=True)
@@ -3294,6 +3321,8 @@ _add("real_imag_conj_f64", ["np.real", "np.imag", "np.conj"], real_imag_conj,
      lambda: [normal(994, 6), normal(1994, 6)], hvp=True)
 _add("trim_zeros_f64", ["np.trim_zeros"], trim_zeros_squares,
      lambda: [np.array([0.0, 0.0, 1.5, -0.3, 0.0, 2.0, 0.0])])
+_add("trim_zeros_masked_f64", ["np.trim_zeros"], trim_zeros_masked,
+     lambda: [normal(2998, 7), np.array([0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0])], hvp=True)
 _add("unique_values_f64", ["np.unique"], unique_weighted,
      lambda: [np.array([0.3, -1.2, 2.0, 0.9, -0.4]), weights(997, 5)], hvp=True)
 _add("as_strided_pairs_f64", ["np.lib.stride_tricks.as_strided"], as_strided_pairs,
