@@ -28,8 +28,8 @@ and draw idiomatic NumPy: vectors and matrices built from floats
 arrays (``np.sum``/``np.max``/``np.min``/``np.mean``/``np.prod``, the methods
 ``.sum() .max() .min() .mean()``, ``np.sum(M, axis=k)``, ``np.linalg.norm``,
 ``np.dot``/``@`` of vectors), logsumexp (``m = np.max(v); np.log(np.sum(np.exp(v
-- m))) + m``), ``.reshape``/``np.reshape``/``.ravel()``/``.T`` (views, C and F
-layouts), ``np.cumsum``, ``np.diff``, ``np.where``, ``np.clip`` (scalar or array bounds),
+- m))) + m``), ``.reshape``/``np.reshape``/``.ravel()``/``.T`` and
+``np.swapaxes``/``np.moveaxis``/``np.rot90`` (views, C and F layouts), ``np.cumsum``, ``np.diff``, ``np.where``, ``np.clip`` (scalar or array bounds),
 ``np.maximum/minimum``, ``np.abs``, smooth ufuncs, a vector broadcast over a
 matrix's rows, softmax, matrix products (``@`` and ``np.dot``: matrix-matrix,
 matrix-vector, vector-matrix, with transposes; ``np.outer``), and ``@njit``
@@ -790,13 +790,15 @@ class _Gen:
         return [f"{t} = {rhs}"], t
 
     def np_shape(self, sc, arrs):
-        """Reshaping: ``.reshape``, ``.ravel()``, ``np.ravel``, ``.T`` (views)."""
+        """Reshaping: ``.reshape``, ``.ravel()``, ``np.ravel``, ``.T``, ``np.swapaxes``,
+        ``np.moveaxis``, ``np.rot90`` (views)."""
         name = self.choice(sorted(arrs))
         shape = arrs[name]
         size = int(np.prod(shape))
         c = self.c_layout(name)
         if len(shape) == 2:
-            options = [("ravel", 1.0), ("T", 2.0)] + ([("flat", 1.0), ("swap", 1.5)] if c else [])
+            options = [("ravel", 1.0), ("T", 2.0), ("axes", 1.0)] + \
+                ([("flat", 1.0), ("swap", 1.5)] if c else [])
         else:
             factors = [(p, size // p) for p in range(1, size + 1) if size % p == 0]
             if not c or size < 2:
@@ -811,6 +813,10 @@ class _Gen:
         elif kind == "T":
             rhs, new = f"{name}.T", (shape[1], shape[0])
             layout = {"C": "F", "F": "C"}.get(self.layouts.get(name, "C"), "A")
+        elif kind == "axes":        # (Numba's implementations build lists of axes)
+            rhs = self.choice([f"np.swapaxes({name}, 0, 1)", f"np.moveaxis({name}, 0, 1)",
+                               f"np.rot90({name})"])
+            new, layout = (shape[1], shape[0]), "A"
         elif kind == "swap":
             new = (shape[1], shape[0])
             rhs, layout = self.choice([f"{name}.reshape(({new[0]}, {new[1]}))",
