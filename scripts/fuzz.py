@@ -37,7 +37,7 @@ helpers returning arrays. Fresh 1-D results may then be updated in place, and
 fresh matrices and ``A`` through their 1-D views (``.reshape(-1)``, ``.ravel()``). With
 ``linalg`` too: a well-conditioned matrix built from the arrays in scope
 (diagonally dominant ``np.tanh(S) + (n + 1) * np.eye(n)`` or SPD ``S @ S.T +
-np.eye(n)``) goes to ``np.linalg.solve`` (vector and matrix right-hand sides),
+np.diag(np.linspace(1, 2, n))``) goes to ``np.linalg.solve`` (vector and matrix right-hand sides),
 ``inv``, ``det``, ``slogdet`` and (SPD) ``cholesky`` and sorted ``eigvals``. With
 ``raises``: checks that raise an exception whose message holds a value (never
 raised at the points tried). ``--exclude numpy,linalg,raises`` draws exactly the
@@ -953,8 +953,13 @@ class _Gen:
     def np_linalg(self, sc, arrs):
         """A well-conditioned matrix built from the arrays in scope (a diagonally
         dominant ``np.tanh(S) + (n + 1) * np.eye(n)`` or an SPD ``S @ S.T +
-        np.eye(n)``), then ``np.linalg.solve`` / ``inv`` / ``cholesky`` / ``det`` /
+        np.diag(np.linspace(1, 2, n))``), then ``np.linalg.solve`` / ``inv`` / ``cholesky`` / ``det`` /
         ``slogdet`` / ``eigvals``."""
+        def spread(n):
+            # distinct diagonal entries keep the eigenvalues apart: a repeated one has no
+            # derivative, and LAPACK's nonsymmetric eigvals may split it into a complex pair
+            return f"np.diag(np.linspace(1.0, 2.0, {n}))"
+
         lines = []
         if sc.wellcond and self.chance(0.5):
             mat = self.choice(sorted(sc.wellcond))
@@ -967,13 +972,13 @@ class _Gen:
                 rhs = f"np.tanh({name}) + {n + 1}.0 * np.eye({n})"
             elif len(shape) == 2:
                 if self.chance(0.5):
-                    n, rhs = shape[0], f"{name} @ {name}.T + np.eye({shape[0]})"
+                    n, rhs = shape[0], f"{name} @ {name}.T + {spread(shape[0])}"
                 else:
-                    n, rhs = shape[1], f"{name}.T @ {name} + np.eye({shape[1]})"
+                    n, rhs = shape[1], f"{name}.T @ {name} + {spread(shape[1])}"
                 kind = "spd"
             else:
                 n, kind = shape[0], "spd"
-                rhs = f"np.outer({name}, {name}) + np.eye({n})"
+                rhs = f"np.outer({name}, {name}) + {spread(n)}"
             lines.append(f"{mat} = {rhs}")
             self.np_register(sc, mat, (n, n))
             sc.wellcond[mat] = kind

@@ -149,7 +149,7 @@ def test_generator_covers_numpy():
                    "np.diff(", "np.where(", "np.clip(", "np.maximum(", "np.minimum(", " @ ",
                    "np.dot(", "np.outer(", "np.linalg.solve(", "np.linalg.inv(",
                    "np.linalg.det(", "np.linalg.slogdet(", "np.linalg.cholesky(",
-                   "np.linalg.norm(", "np.eye(", "np.array([", "np.abs(", "raise ValueError("]:
+                   "np.linalg.norm(", "np.diag(", "np.array([", "np.abs(", "raise ValueError("]:
         assert needle in text, needle
     assert sum(p.uses_numpy for p in progs) > 100
     # writes through a 1-D view of a matrix (the matrix A, or a fresh one)
