@@ -696,28 +696,55 @@ def _target_machine():
 _tm = None
 
 
-# Instructions of a helper small enough to be differentiated inside its callers.
-HELPER_INLINE_LIMIT = 40
+# Instructions of a helper small enough to be differentiated inside its callers,
+# counting those of the helpers inlined into it.
+HELPER_INLINE_LIMIT = 100
 
 
-def mark_small_helpers(module, keep) -> int:
-    """Mark small leaf helpers ``alwaysinline`` (cleanup inlines them), except
-    the functions ``keep(name)`` names; returns how many. A call per element of
-    an array expression (Numba's ``__numba_array_expr`` kernels) would
-    otherwise record its arguments and run a derivative call per element:
-    inlined, the caller's derivative sees the arithmetic and records nothing."""
-    marked = 0
-    for fn in module.functions:
-        if fn.is_declaration or keep(fn.name):
-            continue
-        size, leaf = 0, True
+def mark_small_helpers(module, keep, rule_covered=lambda name: False) -> int:
+    """Mark small helpers ``alwaysinline`` (cleanup inlines them), except the
+    functions ``keep(name)`` names; returns how many. A helper qualifies when it
+    calls only intrinsics, functions with a derivative rule (``rule_covered``:
+    they stay calls) and qualifying helpers, and stays within
+    ``HELPER_INLINE_LIMIT`` instructions with those inlined. A call per element
+    of an array expression (Numba's ``__numba_array_expr`` kernels, which call
+    ``int_power`` for ``x ** 2``) would otherwise record its arguments, give its
+    stack slots heap shadows and run a derivative call per element: inlined,
+    the caller's derivative sees the arithmetic and records nothing."""
+    functions = {fn.name: fn for fn in module.functions}
+    sizes = {}                      # name -> size with its helpers inlined; None: kept
+
+    def inlined_size(name, open_calls):
+        if name in sizes:
+            return sizes[name]
+        fn = functions.get(name)
+        if fn is None or fn.is_declaration or keep(name) or name in open_calls:
+            return None             # (recursion: a helper on the call path is kept)
+        open_calls.add(name)
+        size = 0
         for block in fn.blocks:
             for ins in block.instructions:
                 size += 1
-                if ins.opcode == "call":
-                    callee = list(ins.operands)[-1].name
-                    leaf &= callee.startswith("llvm.")
-        if leaf and size <= HELPER_INLINE_LIMIT:
+                if ins.opcode != "call":
+                    continue
+                callee = list(ins.operands)[-1].name
+                if callee.startswith("llvm.") or rule_covered(callee):
+                    continue
+                inner = inlined_size(callee, open_calls)
+                if inner is None:
+                    break
+                size += inner
+            else:
+                continue
+            size = None
+            break
+        open_calls.discard(name)
+        sizes[name] = size if size is not None and size <= HELPER_INLINE_LIMIT else None
+        return sizes[name]
+
+    marked = 0
+    for name, fn in functions.items():
+        if inlined_size(name, set()) is not None:
             fn.add_function_attribute("alwaysinline")
             marked += 1
     return marked

@@ -188,7 +188,8 @@ class Build:
             module, blocks = frontend.link_module(low, lowered, self.mode)
         with self.stage("cleanup"):
             frontend.mark_small_helpers(module, lambda name: name == low.symbol or
-                                        custom.covered(name) or _user_code(lowered.get(name)))
+                                        custom.covered(name) or _user_code(lowered.get(name)),
+                                        custom.covered)
             frontend.cleanup(module)
         with self.stage("read_ir"):
             model = read_module_text(str(module))

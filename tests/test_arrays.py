@@ -253,18 +253,26 @@ def shifted_sum(x):
     return np.sum(x - 0.5)
 
 
+@njit
+def squared_sum(x):
+    return np.sum((x - 0.5) ** 2)
+
+
 def test_tape_of_numpy_reductions_and_array_expressions():
     # np.sum walks its array with a stepped pointer, which the reverse sweep
     # recomputes (nothing recorded per element); x - 0.5 is a small kernel
     # called per element, inlined so its derivative records nothing either:
-    # only the broadcast index of the expression's loop is kept.
-    for f, per_element in ((numpy_sum, 0), (shifted_sum, 8)):
+    # only the broadcast index of the expression's loop is kept. The kernel of
+    # (x - 0.5) ** 2 calls Numba's int_power, which keeps its derivative rule:
+    # the kernel is inlined all the same (no derivative call, no heap shadow
+    # of its result slot per element).
+    for f, per_element in ((numpy_sum, 0), (shifted_sum, 8), (squared_sum, 8)):
         peaks = []
         for n in (10, 1000):
             x = np.linspace(0.0, 1.0, n)
             dx = np.zeros(n)
             autodiff(Reverse, f, Duplicated(x, dx))
-            np.testing.assert_allclose(dx, np.ones(n))
+            np.testing.assert_allclose(dx, 2.0 * (x - 0.5) if f is squared_sum else np.ones(n))
             peaks.append(enzpy.build_report(f)[-1].peak_tape_bytes)
         assert peaks[1] - peaks[0] <= per_element * 990, (f.__name__, peaks)
 
