@@ -41,11 +41,12 @@ RECOMPUTABLE = {
 }
 # Pure intrinsics about as cheap as a division (a handful of cycles, no libm call): the
 # minimum cut may recompute them rather than record 8 bytes per value on the tape.
+# (Numba's range loops count max(n, 0) iterations: llvm.smax.)
 RECOMPUTABLE_CALLS = re.compile(
     r"^llvm\.(sqrt|fabs|copysign|minnum|maxnum|minimum|maximum|floor|ceil|trunc|rint|"
-    r"nearbyint|round|roundeven|fma|fmuladd)\.")
+    r"nearbyint|round|roundeven|fma|fmuladd|smax|smin|umax|umin)\.")
 _ALIGN = {"double": 8, "float": 4, "half": 2}
-_RECOMPUTE_DEPTH = 6         # instructions of a primal function whose derivative may be inlined
+_RECOMPUTE_DEPTH = 10        # how long a chain of operands the reverse sweep may recompute
 
 
 def _recomputable(ins) -> bool:
@@ -122,6 +123,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         self._roots_read = None       # roots of the memory loaded or passed to calls
         self.loops = self.cfg.counted_loops
         self.inductions = self._find_inductions()   # phi name -> (header, init, step, op)
+        self.header_tests = self._find_header_tests()   # header -> (first, last, inclusive)
         self.frame = {}               # key -> type, in insertion order
         # Whether the reverse sweep reads the shadow of an alloca (a stack
         # slot's adjoint, or a shadow pointer kept there): known after planning.
@@ -187,6 +189,65 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
                     continue
                 found[ins.name] = (h, init, step, op)
         return found
+
+    # a comparison with its operands swapped, and its negation
+    _SWAPPED = {"slt": "sgt", "sle": "sge", "sgt": "slt", "sge": "sle"}
+    _NEGATED = {"slt": "sge", "sle": "sgt", "sgt": "sle", "sge": "slt"}
+
+    def _find_header_tests(self) -> dict:
+        """header -> (first, last, inclusive) for the loops left only through
+        their header's test of an i64 induction stepping by 1 (``iv < bound``,
+        ``iv <= bound``) or by -1 (``iv > bound``, ``iv >= bound``, Numba's
+        count of the iterations left), with ``bound`` defined outside the loop.
+        Their trip count, max(last - first (+ 1 when inclusive), 0), is computed
+        in the reverse sweep instead of recorded at every run of the loop:
+        (first, last) is (init, bound) counting up, (bound, init) counting down."""
+        found = {}
+        for h, loop in self.loops.items():
+            br = self.fn.block_map[h].terminator
+            if br.opcode != "br" or len(br.targets) != 2:
+                continue
+            leaving = [(b, s) for b in loop.body for s in self.fn.block_map[b].successors
+                       if s not in loop.body]
+            if len(leaving) != 1 or leaving[0][0] != h:
+                continue
+            cond = br.operands[0]
+            test = self.fn.defs.get(cond.name) if cond.kind == "inst" else None
+            if test is None or test.opcode != "icmp":
+                continue
+            iv, bound = test.operands
+            pred = test.predicate
+            if bound.kind == "inst" and bound.name in self.inductions:
+                iv, bound, pred = bound, iv, self._SWAPPED.get(pred, "")
+            if br.targets[0] not in loop.body:       # (the loop goes on while the test fails)
+                pred = self._NEGATED.get(pred, "")
+            induction = self.inductions.get(iv.name) if iv.kind == "inst" else None
+            if induction is None or induction[0] != h or iv.type != "i64" or \
+                    bound.type != "i64" or (bound.kind == "inst" and
+                                            self.fn.defs[bound.name].block.name in loop.body):
+                continue
+            _, init, step, op = induction
+            direction = {("add", "1"): 1, ("add", "-1"): -1, ("sub", "1"): -1,
+                         ("sub", "-1"): 1}.get((op, step.ref))
+            if direction == 1 and pred in ("slt", "sle"):
+                found[h] = (init, bound, pred == "sle")
+            elif direction == -1 and pred in ("sgt", "sge"):
+                found[h] = (bound, init, pred == "sge")
+        return found
+
+    def _trip_count(self, h, block) -> Value:
+        """The number of times loop ``h`` went round, in the reverse block ``block``
+        (after the loop): from its header's test, or recorded."""
+        test = self.header_tests.get(h)
+        if test is None:
+            return self.primal(self.fn.defs[f"~ctr.{h}"].value, block)
+        first, last, inclusive = test
+        first, last = self.primal(first, block), self.primal(last, block)
+        span = self.e.define("i64", f"sub i64 {last.ref}, {first.ref}")
+        if inclusive:
+            span = self.e.define("i64", f"add i64 {span.ref}, 1")
+        none = self.e.define("i1", f"icmp slt i64 {span.ref}, 0")
+        return self.e.define("i64", f"select i1 {none.ref}, i64 0, i64 {span.ref}")
 
     def _induction_free(self, v: Value, block, depth=0) -> bool:
         """Whether ``v`` is available in the reverse block without the tape."""
@@ -516,7 +577,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         for pred in self.cfg.preds(b.name):
             for h, loop in self.loops.items():
                 if pred in loop.body and b.name not in loop.body:
-                    count = self.primal(self.fn.defs[f"~ctr.{h}"].value, b.name)
+                    count = self._trip_count(h, b.name)
                     entries.setdefault(pred, []).append((h, count))
         return entries
 

@@ -277,6 +277,74 @@ def test_tape_of_numpy_reductions_and_array_expressions():
         assert peaks[1] - peaks[0] <= per_element * 990, (f.__name__, peaks)
 
 
+@njit
+def squares_by_row(A):
+    s = 0.0
+    for i in range(A.shape[0]):
+        for j in range(A.shape[1]):
+            s += A[i, j] * A[i, j]
+    return s
+
+
+def test_nested_range_loops_record_nothing():
+    # The inner loop's trip count follows from its bound (Numba counts max(n, 0)
+    # iterations down to 0), and the row index's wrap-around test is recomputed:
+    # nothing is recorded per row or per element.
+    for rows in (3, 300):
+        A = np.linspace(-1.0, 1.0, rows * 4).reshape(rows, 4)
+        dA = np.zeros_like(A)
+        autodiff(Reverse, squares_by_row, Duplicated(A, dA))
+        np.testing.assert_allclose(dA, 2.0 * A)
+        assert enzpy.build_report(squares_by_row)[-1].peak_tape_bytes == 0
+
+
+@njit
+def shifted_triangle(x, start):
+    # inner loops counting up from a start that may be past the end (no iterations)
+    s = 0.0
+    n = x.shape[0]
+    for i in range(n):
+        for j in range(start + i, n):
+            s += x[j] * math.sin(x[i])
+    return s
+
+
+@njit
+def countdown_loops(x, stop):
+    # inner loops counting down to an inclusive and to an exclusive bound
+    s = 0.0
+    n = x.shape[0]
+    for i in range(n):
+        j = i
+        while j >= stop:
+            s += x[j] * x[i]
+            j -= 1
+        k = n - 1
+        while k > i + stop:
+            s += math.cos(x[k]) * x[i]
+            k -= 1
+    return s
+
+
+@njit
+def inclusive_count_up(x, last):
+    s = 0.0
+    for i in range(x.shape[0]):
+        j = 0
+        while j <= last - i:
+            s += x[j] * x[i] ** 2
+            j += 1
+    return s
+
+
+@pytest.mark.parametrize("bound", [-9, -1, 0, 1, 3, 6, 7, 20])
+def test_loops_whose_trip_count_follows_from_their_test(bound):
+    # 0, 1 and many iterations of each inner loop, over the outer loop's rows
+    check(shifted_triangle, [X, bound])
+    check(countdown_loops, [X, min(max(bound, 0), 6)])
+    check(inclusive_count_up, [X, min(bound, 6)])
+
+
 def test_in_place_updates_record_old_values():
     small, large = X.copy(), np.linspace(0.1, 1.3, 70)
     autodiff(Reverse, stencil, Duplicated(small, np.zeros_like(small)), 3)
