@@ -47,8 +47,9 @@ class Loop:
     """A natural loop with one entering edge source and one latch.
 
     Its trip count is reconstructed in the reverse sweep: the augmented forward
-    counts header executions and records the count once per loop exit; the
-    reverse sweep counts down, so neither the header's predecessor nor the
+    counts header executions and records the count once per loop exit (unless
+    the header's test of an induction gives it: ``ReverseGenerator._trip_count``);
+    the reverse sweep counts down, so neither the header's predecessor nor the
     loop's induction variables need the tape.
     """
     header: str

@@ -196,9 +196,14 @@ needed one is recomputed, per block, a record inside a loop weighing 8 times one
 What can be recomputed: integer and pointer arithmetic, `fadd fsub fmul fdiv fneg`, casts,
 comparisons, selects, loads of memory nothing writes during the call, and the intrinsics
 about as cheap as a division (`sqrt fabs copysign minnum maxnum floor ceil trunc rint round
-fma fmuladd`); calls to libm (`exp`, `log`, `sin`...) are recorded. (Division and those
-intrinsics became recomputable on 2026-12-02; before, with the same cut: scan 128144 bytes,
-MLP 60056, softmax 64024, ODE 652112, GP 120488.)
+fma fmuladd`, and the integer `smax smin umax umin`), through chains of up to 10 operands;
+calls to libm (`exp`, `log`, `sin`...) are recorded. A loop left only through its header's
+test of an induction stepping by 1 or -1 gets its trip count from the test's bound; other
+loops record theirs once per run. (Division and those intrinsics became recomputable on
+2026-12-02; before, with the same cut: scan 128144 bytes, MLP 60056, softmax 64024, ODE
+652112, GP 120488. Trip counts from the header's test, the integer intrinsics and the longer
+chains came on 2026-12-03; before: matvec 3216, stencil 335888, scan 80144, tree 27712, MLP
+35512, softmax 39448, ODE 175328, GP 89040.)
 
 """
 
