@@ -10,6 +10,9 @@ checks
 
 ``check_analytic(f, args, expected)`` compares with the analytic derivatives
 only (for functions where a finite difference is meaningless).
+
+``guarded_copy(a)`` places an array between two guard zones, whose bytes
+``Guards.check()`` finds changed when compiled code wrote outside the array.
 """
 from __future__ import annotations
 
@@ -27,6 +30,39 @@ except ImportError:  # pragma: no cover
     _Annotation = (Active, Const)
 
 EPS64 = np.finfo(np.float64).eps
+
+_GUARD_BYTES = 64
+_GUARD_BYTE = 0xA7
+
+
+class Guards:
+    """The guard zones of the arrays ``guarded_copy`` made.
+
+    Compiled code does not check indices: a derivative writing past an array
+    (or a program indexing out of bounds, which its reverse sweep mirrors)
+    changes the bytes next to it, in the heap allocator's own bookkeeping
+    when the array is a plain allocation, and the process aborts much later,
+    anywhere. Between guard zones, the test that wrote fails instead."""
+
+    def __init__(self):
+        self._buffers = []
+
+    def copy(self, a):
+        """A C-contiguous copy of array ``a`` between two guard zones."""
+        raw = np.full(a.nbytes + 2 * _GUARD_BYTES, _GUARD_BYTE, np.uint8)
+        inner = raw[_GUARD_BYTES:_GUARD_BYTES + a.nbytes].view(a.dtype).reshape(a.shape)
+        inner[...] = a
+        self._buffers.append(raw)
+        return inner
+
+    def check(self):
+        for raw in self._buffers:
+            zones = np.concatenate([raw[:_GUARD_BYTES], raw[-_GUARD_BYTES:]])
+            changed = np.flatnonzero(zones != _GUARD_BYTE)
+            assert changed.size == 0, (
+                f"compiled code wrote outside an array of {raw.size - 2 * _GUARD_BYTES} "
+                f"bytes: guard bytes {changed.tolist()} changed (0-{_GUARD_BYTES - 1} "
+                f"before it, {_GUARD_BYTES}-{2 * _GUARD_BYTES - 1} after)")
 
 
 def plain(arg):

@@ -8,6 +8,7 @@ from numba.core.runtime import _nrt_python, rtsys
 
 import enzpy
 from enzpy import Active, Const, Duplicated, Reverse, ReverseWithPrimal, autodiff
+from helpers import Guards
 
 
 def fd_gradient(f, args, wrt, h=1e-6):
@@ -27,10 +28,12 @@ def fd_gradient(f, args, wrt, h=1e-6):
 
 def gradient(f, args, wrt, mode=Reverse):
     """enzpy's gradient of f w.r.t. the array args[wrt] (inputs are not modified)."""
-    work = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    shadow = np.zeros_like(work[wrt])
+    guards = Guards()
+    work = [guards.copy(a) if isinstance(a, np.ndarray) else a for a in args]
+    shadow = guards.copy(np.zeros_like(work[wrt]))
     annotated = [Duplicated(a, shadow) if i == wrt else Const(a) for i, a in enumerate(work)]
     out = autodiff(mode, f, *annotated)
+    guards.check()
     return shadow, out
 
 
@@ -301,11 +304,14 @@ def test_nested_range_loops_record_nothing():
 @njit
 def shifted_triangle(x, start):
     # inner loops counting up from a start that may be past the end (no iterations)
+    # or far below 0 (j % n keeps the index in bounds: Numba wraps a negative index
+    # once and does not check it, so x[-9] of 7 elements would read, and the
+    # reverse sweep write, before the arrays)
     s = 0.0
     n = x.shape[0]
     for i in range(n):
         for j in range(start + i, n):
-            s += x[j] * math.sin(x[i])
+            s += x[j % n] * math.sin(x[i])
     return s
 
 
@@ -343,6 +349,25 @@ def test_loops_whose_trip_count_follows_from_their_test(bound):
     check(shifted_triangle, [X, bound])
     check(countdown_loops, [X, min(max(bound, 0), 6)])
     check(inclusive_count_up, [X, min(bound, 6)])
+
+
+@njit
+def below_the_start(x, start):
+    s = 0.0
+    for j in range(start, x.shape[0]):
+        s += x[j] * x[j]        # x[-9] of 7 elements: Numba wraps once, to -2
+    return s
+
+
+def test_an_index_out_of_bounds_is_mirrored_and_caught_by_the_guards():
+    """Numba does not check indices, and the reverse sweep writes where the
+    program read: 16 bytes before the shadow here, the size field of its heap
+    block when it is a plain allocation (the process then aborted minutes
+    later, in another test). The tests' arrays sit between guard zones."""
+    with pytest.raises(AssertionError, match="wrote outside an array of 56 bytes"):
+        gradient(below_the_start, [X, -9], 0)
+    got, _ = gradient(below_the_start, [X, -7], 0)      # x[-7..-1] is x[0..6]: in bounds
+    np.testing.assert_allclose(got, 4 * X, rtol=1e-15)
 
 
 def test_in_place_updates_record_old_values():
