@@ -146,12 +146,36 @@ class AugmentedForward:
             dst = ins.args[0]
             if self.act.is_shadowed(dst) and (self._set_type(ins) if callee.startswith(
                     "llvm.memset") else self._copied_type(ins)) == "ptr":
-                args = [self.guard(self.forward_shadow(dst), write=True).typed()]
-                src = ins.args[1]
-                args.append(self.guard(self.forward_shadow(src)).typed()
-                            if callee.startswith(("llvm.memcpy", "llvm.memmove")) else src.typed())
-                args += [a.typed() for a in ins.args[2:]]
-                e.emit(f'call void @"{callee}"({", ".join(args)})')
+                self._mirror_pointer_bulk(ins)
+
+    def _mirror_pointer_bulk(self, ins):
+        """A memset or memcpy of pointers (a container's payload) mirrored on
+        the shadow memory. Without a destination shadow nothing is written, and
+        pointers copied from memory without a shadow are null shadows: the
+        scratch buffers a null shadow's accesses go to hold 1024 bytes, which a
+        large copy would overrun, so their byte counts are made 0 instead."""
+        e = self.e
+        dst, src, n, volatile = ins.args[:4]
+        zero = Value("0", n.type, "const")
+        dst_shadow = self.forward_shadow(dst)
+        no_dst = self._null_test(dst_shadow)
+        if ins.callee.startswith("llvm.memset"):
+            count = e.define(n.type, f"select i1 {no_dst.ref}, {zero.typed()}, {n.typed()}")
+            e.call(ins.callee, "void", [self.guard(dst_shadow, write=True), src, count,
+                                        volatile])
+            return
+        src_shadow = self.forward_shadow(src)
+        no_src = self._null_test(src_shadow)
+        skip = e.define("i1", f"or i1 {no_dst.ref}, {no_src.ref}")
+        copied = e.define(n.type, f"select i1 {skip.ref}, {zero.typed()}, {n.typed()}")
+        e.call(ins.callee, "void", [self.guard(dst_shadow, write=True),
+                                    self.guard(src_shadow), copied, volatile])
+        has_dst = e.define("i1", f"xor i1 {no_dst.ref}, true")
+        clear = e.define("i1", f"and i1 {has_dst.ref}, {no_src.ref}")
+        cleared = e.define(n.type, f"select i1 {clear.ref}, {n.typed()}, {zero.typed()}")
+        e.call(f"llvm.memset.p0.{n.type}", "void",
+               [self.guard(dst_shadow, write=True), Value("0", "i8", "const"), cleared,
+                volatile])
 
     def forward_shadow(self, v: Value) -> Value:
         if v.kind in ("inst", "arg") and v.name in self.act.shadowed:
