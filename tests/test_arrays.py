@@ -3,12 +3,12 @@ import math
 
 import numpy as np
 import pytest
+from helpers import Guards
 from numba import njit
 from numba.core.runtime import _nrt_python, rtsys
 
 import enzpy
 from enzpy import Active, Const, Duplicated, Reverse, ReverseWithPrimal, autodiff
-from helpers import Guards
 
 
 def fd_gradient(f, args, wrt, h=1e-6):
