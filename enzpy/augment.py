@@ -159,23 +159,21 @@ class AugmentedForward:
         zero = Value("0", n.type, "const")
         dst_shadow = self.forward_shadow(dst)
         no_dst = self._null_test(dst_shadow)
+        target = self.guard(dst_shadow, write=True)
         if ins.callee.startswith("llvm.memset"):
             count = e.define(n.type, f"select i1 {no_dst.ref}, {zero.typed()}, {n.typed()}")
-            e.call(ins.callee, "void", [self.guard(dst_shadow, write=True), src, count,
-                                        volatile])
+            e.call(ins.callee, "void", [target, src, count, volatile])
             return
         src_shadow = self.forward_shadow(src)
         no_src = self._null_test(src_shadow)
         skip = e.define("i1", f"or i1 {no_dst.ref}, {no_src.ref}")
         copied = e.define(n.type, f"select i1 {skip.ref}, {zero.typed()}, {n.typed()}")
-        e.call(ins.callee, "void", [self.guard(dst_shadow, write=True),
-                                    self.guard(src_shadow), copied, volatile])
+        e.call(ins.callee, "void", [target, self.guard(src_shadow), copied, volatile])
         has_dst = e.define("i1", f"xor i1 {no_dst.ref}, true")
         clear = e.define("i1", f"and i1 {has_dst.ref}, {no_src.ref}")
         cleared = e.define(n.type, f"select i1 {clear.ref}, {n.typed()}, {zero.typed()}")
         e.call(f"llvm.memset.p0.{n.type}", "void",
-               [self.guard(dst_shadow, write=True), Value("0", "i8", "const"), cleared,
-                volatile])
+               [target, Value("0", "i8", "const"), cleared, volatile])
 
     def forward_shadow(self, v: Value) -> Value:
         if v.kind in ("inst", "arg") and v.name in self.act.shadowed:

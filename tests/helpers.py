@@ -11,7 +11,7 @@ checks
 ``check_analytic(f, args, expected)`` compares with the analytic derivatives
 only (for functions where a finite difference is meaningless).
 
-``guarded_copy(a)`` places an array between two guard zones, whose bytes
+``Guards().copy(a)`` places an array between two guard zones, whose bytes
 ``Guards.check()`` finds changed when compiled code wrote outside the array.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ _GUARD_BYTE = 0xA7
 
 
 class Guards:
-    """The guard zones of the arrays ``guarded_copy`` made.
+    """The guard zones of the arrays ``copy`` made.
 
     Compiled code does not check indices: a derivative writing past an array
     (or a program indexing out of bounds, which its reverse sweep mirrors)
