@@ -1,5 +1,8 @@
 """Calls, recursion and the memoized per-function derivative cache."""
+import gc
 import math
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -314,3 +317,44 @@ def test_cache_info_reports_stage_timings():
     assert {"entries", "derivative_functions", "distinct_keys", "hits", "misses",
             "build_seconds"} <= set(info)
     assert info["build_seconds"]["reverse"] > 0
+
+
+def _enzpy_stage_on_stack():
+    frame = sys._getframe(1)
+    while frame is not None:
+        if os.path.basename(frame.f_code.co_filename) in ("irtext.py", "reverse.py",
+                                                           "augment.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.mark.parametrize("caller_disabled_gc", [False, True])
+def test_a_build_pauses_the_cyclic_gc_only_while_its_stages_run(caller_disabled_gc):
+    """A build's own stages allocate many long-lived objects; collections during
+    them only cost time (the caller's gc setting is restored after)."""
+    scale = 2.0 if caller_disabled_gc else 1.0      # two functions: two builds
+
+    @njit
+    def chain(x):
+        y = x * scale
+        for _ in range(3):
+            y = math.sin(y) * x + y * y
+            y = math.cos(y) * x - math.exp(-y * y)
+            y = math.tanh(y + x) * math.log(1.0 + y * y) + math.atan(x * y)
+            y = math.sqrt(1.0 + y * y) * math.sin(x - y) + math.cos(x * y) * y
+        return y
+
+    collections_in_stages = []
+    watch = lambda phase, info: collections_in_stages.append(_enzpy_stage_on_stack())  # noqa
+    gc.callbacks.append(watch)
+    if caller_disabled_gc:
+        gc.disable()
+    try:
+        (dx,), = autodiff(Reverse, chain, Active(0.7))
+        assert gc.isenabled() is not caller_disabled_gc
+    finally:
+        gc.callbacks.remove(watch)
+        gc.enable()
+    assert not any(collections_in_stages)
+    assert dx == pytest.approx(scalar_fd(chain, [0.7], 0), rel=1e-6)
