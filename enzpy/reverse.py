@@ -122,6 +122,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         self._early_freed = {}        # allocation name -> freed where Numba frees it
         self._roots_read = None       # roots of the memory loaded or passed to calls
         self.loops = self.cfg.counted_loops
+        self.multi_entry = self._multi_entry_loops()  # header -> exiting blocks
         self.inductions = self._find_inductions()   # phi name -> (header, init, step, op)
         self.header_tests = self._find_header_tests()   # header -> (first, last, inclusive)
         self.frame = {}               # key -> type, in insertion order
@@ -484,6 +485,8 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             body.lines += pop.lines + e.lines
             body.declarations.update(pop.declarations)
             body.declarations.update(e.declarations)
+        entry_blocks = self._loop_entry_blocks()
+        body.lines += entry_blocks.lines
         self.e = tail = Emitter("~r.tail")
         tail.label("~exit")
         if self.shadow_memory and self.reverse_reads_alloca_shadows:
@@ -502,6 +505,8 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             head.emit(f"store {ty} {head.zero(ty).ref}, ptr {local('~adj.' + name)}")
         for h in self.loops:
             head.emit(f"{local('~k.' + h)} = alloca i64")
+        for h in self.multi_entry:
+            head.emit(f"{local('~rlt.' + h)} = alloca i32")
         for h, values in self.hoisted.items():
             for key, ty in values.items():
                 head.emit(f"{self._hoisted_slot(h, key)} = alloca {ty}")
@@ -601,16 +606,72 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         if len(preds) == 1:
             self._transfer(incoming_adjoints, preds[0])
             self._enter_loops(entries, preds[0], b.name)
-            e.emit(f"br label {local('~rev.' + preds[0])}")
+            self._jump_to_reverse_of(preds[0], b.name)
             return
         targets = [f"~rev.{b.name}.from.{i}" for i in range(len(preds))]
         cases = " ".join(f"i32 {i}, label {local(t)}" for i, t in enumerate(targets))
         e.emit(f"switch i32 {self._edge_index(b)}, label {local(targets[0])} [ {cases} ]")
+        back_edge = b.name in self.multi_entry and self.loops[b.name].latch
         for target, pred in zip(targets, preds):
             e.label(target)
             self._transfer(incoming_adjoints, pred)
             self._enter_loops(entries, pred, b.name)
-            e.emit(f"br label {local('~rev.' + pred)}")
+            if pred == back_edge:
+                e.emit(f"store i32 0, ptr {local('~rlt.' + b.name)}")
+                e.emit(f"br label {local('~rl.' + b.name)}")
+            else:
+                self._jump_to_reverse_of(pred, b.name)
+
+    # -- loops the reverse sweep enters at several blocks -----------------------
+    # The reverse of a loop is entered at the reverse of the block the primal
+    # left it from. A loop left from two blocks (its header's test, and a call's
+    # exception exit in its body: any loop calling a function) would give a
+    # reverse cycle with two entries, which LLVM's loop passes (LICM,
+    # vectorisation, unrolling) do not handle. Such a reverse loop gets one
+    # entry block, ``~rl.<header>``, which every entry and the back edge go
+    # through, switching on a token (0: the back edge, i + 1: left from
+    # exiting block i) to where the reverse sweep resumes.
+    def _multi_entry_loops(self) -> dict:
+        result = {}
+        for h, loop in self.loops.items():
+            exiting = sorted({p for b in self.fn.blocks if b.name not in loop.body
+                              for p in self.cfg.preds(b.name) if p in loop.body})
+            if len(exiting) > 1:
+                result[h] = exiting
+        return result
+
+    def _entry_hop(self, h, exiting) -> str:
+        """Where ``~rl.h`` goes for a reverse sweep entering at ``exiting``: the
+        entry block of the outermost such loop inside ``h`` on the way, else the
+        reverse of ``exiting``."""
+        inner = [g for g in self.multi_entry if g != h and exiting in self.loops[g].body
+                 and self.loops[g].body < self.loops[h].body]
+        if not inner:
+            return "~rev." + exiting
+        return "~rl." + max(inner, key=lambda g: len(self.loops[g].body))
+
+    def _jump_to_reverse_of(self, pred, block):
+        """Branch to the reverse of ``pred`` from the reverse of its successor
+        ``block``, through the entry block of every loop entered on the way."""
+        e = self.e
+        entered = sorted((h for h, exiting in self.multi_entry.items()
+                          if pred in exiting and block not in self.loops[h].body),
+                         key=lambda h: -len(self.loops[h].body))
+        for h in entered:
+            e.emit(f"store i32 {self.multi_entry[h].index(pred) + 1}, "
+                   f"ptr {local('~rlt.' + h)}")
+        e.emit(f"br label {local('~rl.' + entered[0] if entered else '~rev.' + pred)}")
+
+    def _loop_entry_blocks(self) -> Emitter:
+        e = Emitter("~rl")
+        for h, exiting in self.multi_entry.items():
+            e.label("~rl." + h)
+            token = e.define("i32", f"load i32, ptr {local('~rlt.' + h)}")
+            cases = " ".join(f"i32 {i + 1}, label {local(self._entry_hop(h, x))}"
+                             for i, x in enumerate(exiting))
+            e.emit(f"switch i32 {token.ref}, label {local('~rev.' + self.loops[h].latch)} "
+                   f"[ {cases} ]")
+        return e
 
     def _transfer(self, incoming_adjoints, pred):
         for phi, adj in incoming_adjoints:
