@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .analysis import (ALLOCATORS, ARRAY_ALLOCATORS, DERIVED_POINTERS, POINTER_PROPAGATING,
                        RAW_ALLOCATORS, RESIZERS, pointer_roots)
+from .custom import rule_for
 from .emitter import Emitter
 from .errors import UnsupportedError
 from .ir import (Instruction, Value, contains_float, contains_pointer, fields_of, is_float_type,
@@ -460,3 +461,50 @@ class ShadowMemory:
             self.fn.defs[mem.name] = mem
             self.shadow_memory_bytes = total
         return offsets
+
+    def _adjoint_only_allocas(self) -> dict:
+        """alloca name -> type: the stack slots of ``~mem`` whose shadows only
+        ever hold adjoints (Numba's slot for a float a callee returns): the
+        slot holds floats alone and is only loaded, stored to, or passed to
+        derivative calls whose parameter is itself only loaded and stored to.
+        The augmented forward then never writes their shadows and nothing it
+        records derives from them, so the reverse sweep gives them zeroed
+        slots on its own stack (which LLVM turns into registers) instead of
+        reading them back from a heap block the forward allocated."""
+        found = {}
+        for name in self.shadow_memory:
+            slot = self.fn.defs[name].source_type
+            if _floats_only(slot) and all(self._adjoint_only_use(user, name)
+                                          for user in self.fn.users.get(name, ())):
+                found[name] = slot
+        return found
+
+    def _adjoint_only_use(self, user, name) -> bool:
+        if user.opcode == "call" and self._is_derivative_call(user):
+            callee = self.builder.module.functions.get(user.callee)
+            if callee is None or rule_for(user.callee, self.builder.module)[0] is not None:
+                return False         # (a rule's derivative may use the shadow otherwise)
+            return all(_only_loaded_and_stored(callee, param.name)
+                       for param, a in zip(callee.args, user.args)
+                       if a.kind == "inst" and a.name == name)
+        return _loaded_or_stored_through(user, name)
+
+
+def _floats_only(ty: str) -> bool:
+    fields = fields_of(ty)
+    return all(_floats_only(f) for f in fields) if fields else is_float_type(ty)
+
+
+def _loaded_or_stored_through(user, name) -> bool:
+    """``user`` loads floats from the pointer ``name`` or stores floats (not the
+    pointer) to it, or marks its lifetime."""
+    if user.opcode == "load":
+        return _floats_only(user.type)
+    if user.opcode == "store":
+        value = user.operands[0]
+        return _floats_only(value.type) and value.name != name
+    return user.opcode == "call" and (user.callee or "").startswith("llvm.lifetime")
+
+
+def _only_loaded_and_stored(fn, param) -> bool:
+    return all(_loaded_or_stored_through(user, param) for user in fn.users.get(param, ()))

@@ -119,6 +119,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
     def __init__(self, builder, deriv: FunctionDerivative, describe):
         super().__init__(builder, deriv, describe)
         self.shadow_memory = self._shadow_memory_layout()   # alloca name -> offset
+        self.reverse_stack_shadows = self._adjoint_only_allocas()   # alloca name -> type
         self._early_freed = {}        # allocation name -> freed where Numba frees it
         self._roots_read = None       # roots of the memory loaded or passed to calls
         self.loops = self.cfg.counted_loops
@@ -443,6 +444,8 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
 
     def _recompute(self, key, ins, block, depth) -> Value:
         e = self.e
+        if key[0] == "s" and ins.opcode == "alloca" and ins.name in self.reverse_stack_shadows:
+            return Value(local("~rs." + ins.name), "ptr", "inst")
         if key[0] == "s" and ins.opcode == "alloca":
             self.reverse_reads_alloca_shadows = True
             mem = self.primal(self.fn.defs["~mem"].value, block, depth)
@@ -507,6 +510,9 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             head.emit(f"{local('~k.' + h)} = alloca i64")
         for h in self.multi_entry:
             head.emit(f"{local('~rlt.' + h)} = alloca i32")
+        for name, ty in self.reverse_stack_shadows.items():
+            head.emit(f"{local('~rs.' + name)} = alloca {ty}, align 16")
+            head.emit(f"store {ty} {head.zero(ty).ref}, ptr {local('~rs.' + name)}")
         for h, values in self.hoisted.items():
             for key, ty in values.items():
                 head.emit(f"{self._hoisted_slot(h, key)} = alloca {ty}")
