@@ -699,6 +699,12 @@ _tm = None
 # Instructions of a helper small enough to be differentiated inside its callers,
 # counting those of the helpers inlined into it.
 HELPER_INLINE_LIMIT = 100
+# Runtime calls the derivative handles where they are (an array's allocation and
+# its shadow's, reference counts, a data pointer): a helper calling them inlines
+# like one doing arithmetic, so the chain of Numba's allocation helpers behind
+# ``np.empty`` costs no derivative calls and records nothing of its own.
+_RUNTIME_LEAVES = frozenset(("NRT_MemInfo_alloc_aligned", "NRT_MemInfo_alloc_safe_aligned",
+                             "NRT_incref", "NRT_decref", "NRT_MemInfo_data_fast"))
 
 
 def mark_small_helpers(module, keep, rule_covered=lambda name: False) -> int:
@@ -728,7 +734,8 @@ def mark_small_helpers(module, keep, rule_covered=lambda name: False) -> int:
                 if ins.opcode != "call":
                     continue
                 callee = list(ins.operands)[-1].name
-                if callee.startswith("llvm.") or rule_covered(callee):
+                if callee.startswith("llvm.") or callee in _RUNTIME_LEAVES or \
+                        rule_covered(callee):
                     continue
                 inner = inlined_size(callee, open_calls)
                 if inner is None:

@@ -5,6 +5,7 @@ Keys stand for primal values; the graphs are the ones planning builds: ``visit(k
 pushed, recomputable, parent)`` with ``parent`` None for a value a rule asks for.
 """
 import math
+import re
 
 import numpy as np
 import pytest
@@ -200,3 +201,39 @@ def test_a_select_kept_by_an_invariant_condition_is_untied_from_its_phi():
     assert fn.defs["s"].text.endswith('select i1 %"c", i64 %"i", i64 %"init"')
     # %c2 changes with %i: %q carries the last %i > 3 (untouched)
     assert [o.name for o in fn.defs["t"].operands] == ["c2", "i", "q"]
+
+
+@njit
+def _fresh_pair(level, s):
+    return 1.0 / level + 0.5 * s          # a new 2-vector each step
+
+
+@njit
+def _steps_allocating(s0, level, steps):
+    s = s0.copy()
+    total = 0.0
+    for _ in range(steps):
+        s = _fresh_pair(level, s)
+        total += s[0] * s[1]
+    return total
+
+
+def test_numbas_allocation_helpers_are_inlined_not_differentiated(tmp_path, monkeypatch):
+    """``np.empty`` reaches the allocation through a chain of Numba helpers; inlined
+    before differentiation, they get no derivative functions (and record nothing)."""
+    monkeypatch.setenv("ENZPY_DUMP", str(tmp_path))
+    monkeypatch.setenv("ENZPY_CACHE", "0")
+    f = njit(_steps_allocating.py_func)
+    s0, ds0 = np.array([0.3, 0.8]), np.zeros(2)
+    autodiff(Reverse, f, Duplicated(s0, ds0), Const(2.0), Const(3))
+    h = 1e-6
+    for i in range(2):
+        up, down = s0.copy(), s0.copy()
+        up[i] += h
+        down[i] -= h
+        assert ds0[i] == pytest.approx((f(up, 2.0, 3) - f(down, 2.0, 3)) / (2 * h), rel=1e-6)
+    text = (tmp_path / "_steps_allocating.derivative.ll").read_text()
+    derivatives = set(re.findall(r'define internal \S+ @"enzpy\.d\d+\.([^"]+)\.aug"', text))
+    assert any("_fresh_pair" in name for name in derivatives)
+    helpers = ("_call_allocator", "_ol_array_allocate", "ol_np_empty")
+    assert not any(h in name for h in helpers for name in derivatives), derivatives
