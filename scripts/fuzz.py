@@ -11,7 +11,7 @@ Each program is Python source: a main function ``f`` over Active float scalars,
 optionally a Duplicated float array ``a`` (read, sometimes updated in place), a
 Duplicated output array ``out``, Const arrays ``w`` (floats) and ``idx``
 (integers), a Const float ``c0`` and Const integers ``n`` (a trip count) and
-``d`` (a recursion depth), plus generated ``@njit`` helpers (some recursive).
+``d`` (a recursion depth), plus generated ``@njit`` helpers (some recursive, some returning a pair of floats).
 Bodies are expression DAGs over the math enzpy supports, nested if/elif/else,
 ``for`` loops with Const trip counts (0, 1, several, ``n``, an array size),
 ``while`` loops with data-dependent trip counts bounded by a counter,
@@ -483,7 +483,7 @@ class _Gen:
     def st_call(self, sc, depth):
         readable = [a for a in sorted(sc.arrays) if len(sc.arrays[a]) == 1]
         writable = [a for a in sorted(sc.writable) if len(sc.writable[a]) == 1]
-        kinds = ["pure", "pure"] + (["reads"] if readable else []) + \
+        kinds = ["pure", "pure", "pair"] + (["reads"] if readable else []) + \
                 (["writes"] if writable and self.has("inplace") else [])
         kind = self.choice(kinds)
         reuse = [h for h in self.helpers if h[1] == kind]
@@ -498,6 +498,10 @@ class _Gen:
             args.append(self.choice(writable))
         v = self.fresh("v")
         sc.floats.append(v)
+        if kind == "pair":              # a tuple of floats, through Numba's result slot
+            w = self.fresh("v")
+            sc.floats.append(w)
+            return [f"{v}, {w} = {name}({', '.join(args)})"]
         return [f"{v} = {name}({', '.join(args)})"]
 
     def make_helper(self, kind):
@@ -520,9 +524,10 @@ class _Gen:
         if kind == "writes":
             body.append(f"arr[{self.index(sc, 'arr.size')}] = "
                         f"0.5 * arr[{self.index(sc, 'arr.size')}] + {self.expr(sc, 2)}")
+        second = (lambda: f", {self.expr(sc, 2)}") if kind == "pair" else (lambda: "")
         if self.chance(0.2):
-            body += [f"if {self.cond(sc)}:", f"    return {self.expr(sc, 2)}"]
-        body.append(f"return {self.ret_expr(sc)}")
+            body += [f"if {self.cond(sc)}:", f"    return {self.expr(sc, 2)}{second()}"]
+        body.append(f"return {self.ret_expr(sc)}{second()}")
         self.helper_level -= 1
         self.params, self.budget = saved
         self.helper_src.append("\n".join(["@njit", f"def {name}({', '.join(params)}):"]
