@@ -638,19 +638,23 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
     # through, switching on a token (0: the back edge, i + 1: left from
     # exiting block i) to where the reverse sweep resumes.
     def _multi_entry_loops(self) -> dict:
-        result = {}
+        self._loops_at = {}           # block -> headers of the counted loops running it
         for h, loop in self.loops.items():
-            exiting = sorted({p for b in self.fn.blocks if b.name not in loop.body
-                              for p in self.cfg.preds(b.name) if p in loop.body})
-            if len(exiting) > 1:
-                result[h] = exiting
-        return result
+            for name in loop.body:
+                self._loops_at.setdefault(name, []).append(h)
+        exiting = {}
+        for b in self.fn.blocks:
+            for p in self.cfg.preds(b.name):
+                for h in self._loops_at.get(p, ()):
+                    if b.name not in self.loops[h].body:
+                        exiting.setdefault(h, set()).add(p)
+        return {h: sorted(blocks) for h, blocks in exiting.items() if len(blocks) > 1}
 
     def _entry_hop(self, h, exiting) -> str:
         """Where ``~rl.h`` goes for a reverse sweep entering at ``exiting``: the
         entry block of the outermost such loop inside ``h`` on the way, else the
         reverse of ``exiting``."""
-        inner = [g for g in self.multi_entry if g != h and exiting in self.loops[g].body
+        inner = [g for g in self._loops_at[exiting] if g != h and g in self.multi_entry
                  and self.loops[g].body < self.loops[h].body]
         if not inner:
             return "~rev." + exiting
@@ -660,9 +664,9 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         """Branch to the reverse of ``pred`` from the reverse of its successor
         ``block``, through the entry block of every loop entered on the way."""
         e = self.e
-        entered = sorted((h for h, exiting in self.multi_entry.items()
-                          if pred in exiting and block not in self.loops[h].body),
-                         key=lambda h: -len(self.loops[h].body))
+        entered = sorted((h for h in self._loops_at.get(pred, ())
+                          if h in self.multi_entry and block not in self.loops[h].body),
+                         key=lambda h: -len(self.loops[h].body))      # outermost first
         for h in entered:
             e.emit(f"store i32 {self.multi_entry[h].index(pred) + 1}, "
                    f"ptr {local('~rlt.' + h)}")
