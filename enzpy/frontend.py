@@ -775,6 +775,7 @@ def cleanup(module):
     mpm.add_sroa_pass()
     mpm.add_new_gvn_pass()
     mpm.add_sccp_pass()
+    mpm.add_jump_threading_pass()
     mpm.add_instruction_combine_pass()
     mpm.add_simplify_cfg_pass()
     mpm.add_dead_code_elimination_pass()

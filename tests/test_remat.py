@@ -237,3 +237,18 @@ def test_numbas_allocation_helpers_are_inlined_not_differentiated(tmp_path, monk
     assert any("_fresh_pair" in name for name in derivatives)
     helpers = ("_call_allocator", "_ol_array_allocate", "ol_np_empty")
     assert not any(h in name for h in helpers for name in derivatives), derivatives
+
+
+def test_a_step_allocating_an_array_records_little():
+    """Each step allocates a 2-vector through Numba's helpers: what the step records is
+    its values and its shadow, not the helpers' edges (the allocation's null check is
+    threaded away before differentiation: 88 bytes per step before, then 80)."""
+    f = njit(_steps_allocating.py_func)
+    per_call = []
+    for steps in (10, 20):
+        s0, ds0 = np.array([0.3, 0.8]), np.zeros(2)
+        autodiff(Reverse, f, Duplicated(s0, ds0), Const(2.0), Const(steps))
+        report = enzpy.build_report(f)[-1]
+        per_call.append(report.peak_tape_bytes)
+        report.peak_tape_bytes = 0
+    assert (per_call[1] - per_call[0]) / 10 <= 64
