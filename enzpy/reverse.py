@@ -123,6 +123,10 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         self._early_freed = {}        # allocation name -> freed where Numba frees it
         self._roots_read = None       # roots of the memory loaded or passed to calls
         self.loops = self.cfg.counted_loops
+        self._loops_at = {}           # block -> headers of the counted loops running it
+        for h, loop in self.loops.items():
+            for name in loop.body:
+                self._loops_at.setdefault(name, []).append(h)
         self.multi_entry = self._multi_entry_loops()  # header -> exiting blocks
         self.inductions = self._find_inductions()   # phi name -> (header, init, step, op)
         self.header_tests = self._find_header_tests()   # header -> (first, last, inclusive)
@@ -586,19 +590,32 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         the edge pred -> b, with their recorded trip count."""
         entries = {}
         for pred in self.cfg.preds(b.name):
-            for h, loop in self.loops.items():
-                if pred in loop.body and b.name not in loop.body:
+            for h in self._loops_at.get(pred, ()):
+                if b.name not in self.loops[h].body:
                     count = self._trip_count(h, b.name)
                     entries.setdefault(pred, []).append((h, count))
         return entries
 
     def _enter_loops(self, entries, pred, block):
+        """Go from the reverse of ``block`` to that of its predecessor ``pred``,
+        entering the loops ``entries`` lists for the edge: their trip counts and
+        hoisted values, and the tokens of those with several reverse entries
+        (see ``_multi_entry_loops``; the back edge of such a loop is one too)."""
+        e = self.e
         for h, count in entries.get(pred, []):
-            self.e.emit(f"store i64 {count.ref}, ptr {local('~k.' + h)}")
+            e.emit(f"store i64 {count.ref}, ptr {local('~k.' + h)}")
             # (the loop's hoisted values are stored here once all are known)
             marker = f"; hoisted values of {h} entered from {block}.{pred}"
-            self.e.lines.append(marker)
-            self._entry_sites.setdefault(h, []).append((block, self.e, marker))
+            e.lines.append(marker)
+            self._entry_sites.setdefault(h, []).append((block, e, marker))
+        tokens = sorted(((h, self.multi_entry[h].index(pred) + 1)
+                         for h, _ in entries.get(pred, []) if h in self.multi_entry),
+                        key=lambda entry: -len(self.loops[entry[0]].body))  # outermost first
+        if block in self.multi_entry and pred == self.loops[block].latch:
+            tokens.insert(0, (block, 0))
+        for h, token in tokens:
+            e.emit(f"store i32 {token}, ptr {local('~rlt.' + h)}")
+        e.emit(f"br label {local('~rl.' + tokens[0][0] if tokens else '~rev.' + pred)}")
 
     def _dispatch(self, b):
         e = self.e
@@ -612,21 +629,14 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         if len(preds) == 1:
             self._transfer(incoming_adjoints, preds[0])
             self._enter_loops(entries, preds[0], b.name)
-            self._jump_to_reverse_of(preds[0], b.name)
             return
         targets = [f"~rev.{b.name}.from.{i}" for i in range(len(preds))]
         cases = " ".join(f"i32 {i}, label {local(t)}" for i, t in enumerate(targets))
         e.emit(f"switch i32 {self._edge_index(b)}, label {local(targets[0])} [ {cases} ]")
-        back_edge = b.name in self.multi_entry and self.loops[b.name].latch
         for target, pred in zip(targets, preds):
             e.label(target)
             self._transfer(incoming_adjoints, pred)
             self._enter_loops(entries, pred, b.name)
-            if pred == back_edge:
-                e.emit(f"store i32 0, ptr {local('~rlt.' + b.name)}")
-                e.emit(f"br label {local('~rl.' + b.name)}")
-            else:
-                self._jump_to_reverse_of(pred, b.name)
 
     # -- loops the reverse sweep enters at several blocks -----------------------
     # The reverse of a loop is entered at the reverse of the block the primal
@@ -638,10 +648,6 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
     # through, switching on a token (0: the back edge, i + 1: left from
     # exiting block i) to where the reverse sweep resumes.
     def _multi_entry_loops(self) -> dict:
-        self._loops_at = {}           # block -> headers of the counted loops running it
-        for h, loop in self.loops.items():
-            for name in loop.body:
-                self._loops_at.setdefault(name, []).append(h)
         exiting = {}
         for b in self.fn.blocks:
             for p in self.cfg.preds(b.name):
@@ -651,26 +657,14 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         return {h: sorted(blocks) for h, blocks in exiting.items() if len(blocks) > 1}
 
     def _entry_hop(self, h, exiting) -> str:
-        """Where ``~rl.h`` goes for a reverse sweep entering at ``exiting``: the
-        entry block of the outermost such loop inside ``h`` on the way, else the
-        reverse of ``exiting``."""
+        """Where ``~rl.h`` goes for a reverse sweep resuming at ``exiting`` (an
+        exiting block, or the latch): the entry block of the outermost such loop
+        inside ``h`` on the way, else the reverse of ``exiting``."""
         inner = [g for g in self._loops_at[exiting] if g != h and g in self.multi_entry
                  and self.loops[g].body < self.loops[h].body]
         if not inner:
             return "~rev." + exiting
         return "~rl." + max(inner, key=lambda g: len(self.loops[g].body))
-
-    def _jump_to_reverse_of(self, pred, block):
-        """Branch to the reverse of ``pred`` from the reverse of its successor
-        ``block``, through the entry block of every loop entered on the way."""
-        e = self.e
-        entered = sorted((h for h in self._loops_at.get(pred, ())
-                          if h in self.multi_entry and block not in self.loops[h].body),
-                         key=lambda h: -len(self.loops[h].body))      # outermost first
-        for h in entered:
-            e.emit(f"store i32 {self.multi_entry[h].index(pred) + 1}, "
-                   f"ptr {local('~rlt.' + h)}")
-        e.emit(f"br label {local('~rl.' + entered[0] if entered else '~rev.' + pred)}")
 
     def _loop_entry_blocks(self) -> Emitter:
         e = Emitter("~rl")
@@ -679,8 +673,8 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             token = e.define("i32", f"load i32, ptr {local('~rlt.' + h)}")
             cases = " ".join(f"i32 {i + 1}, label {local(self._entry_hop(h, x))}"
                              for i, x in enumerate(exiting))
-            e.emit(f"switch i32 {token.ref}, label {local('~rev.' + self.loops[h].latch)} "
-                   f"[ {cases} ]")
+            back = self._entry_hop(h, self.loops[h].latch)
+            e.emit(f"switch i32 {token.ref}, label {local(back)} [ {cases} ]")
         return e
 
     def _transfer(self, incoming_adjoints, pred):
