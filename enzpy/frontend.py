@@ -31,6 +31,7 @@ from numba.core.registry import cpu_target
 from numba.core import cgutils
 from numba.core import ir as numba_ir
 
+from .analysis import ARRAY_ALLOCATORS
 from .errors import InternalError, UnsupportedError
 
 _lock = threading.RLock()
@@ -703,8 +704,8 @@ HELPER_INLINE_LIMIT = 100
 # its shadow's, reference counts, a data pointer): a helper calling them inlines
 # like one doing arithmetic, so the chain of Numba's allocation helpers behind
 # ``np.empty`` costs no derivative calls and records nothing of its own.
-_RUNTIME_LEAVES = frozenset(("NRT_MemInfo_alloc_aligned", "NRT_MemInfo_alloc_safe_aligned",
-                             "NRT_incref", "NRT_decref", "NRT_MemInfo_data_fast"))
+_RUNTIME_LEAVES = frozenset(ARRAY_ALLOCATORS + ("NRT_incref", "NRT_decref",
+                                                "NRT_MemInfo_data_fast"))
 
 
 def mark_small_helpers(module, keep, rule_covered=lambda name: False) -> int:
