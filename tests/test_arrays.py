@@ -716,21 +716,39 @@ def _squares_weighted(x, w):
     return s
 
 
-def test_reverse_of_an_elementwise_loop_is_vectorised():
+@njit
+def _weighted_square(w, v):
+    return w * v * v
+
+
+@njit
+def _squares_weighted_by_call(x, w):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += _weighted_square(w[i], x[i])
+    return s
+
+
+@pytest.mark.parametrize("f", [_squares_weighted, _squares_weighted_by_call])
+def test_reverse_of_an_elementwise_loop_is_vectorised(f):
     # The reverse loop (dx[i] += 2 w[i] x[i] ds) is elementwise: with no
     # per-element null tests of shadows and no wrap-around of negative
     # indices left, LLVM's loop vectoriser turns it into vector instructions.
+    # Through a call too: the loop has one reverse entry, and the shadow of the
+    # slot the call returns its float through lives on the reverse sweep's
+    # stack, not in a heap block (no calloc).
     import re
 
     from enzpy import pipeline
     x, w = np.linspace(-1.0, 1.0, 1001), np.linspace(0.5, 2.0, 1001)
     dx, dw = np.zeros_like(x), np.zeros_like(w)
-    autodiff(Reverse, _squares_weighted, Duplicated(x, dx), Duplicated(w, dw))
+    autodiff(Reverse, f, Duplicated(x, dx), Duplicated(w, dw))
     np.testing.assert_allclose(dx, 2.0 * w * x)
     np.testing.assert_allclose(dw, x * x)
-    entry, = [e for key, e in pipeline.entries.items() if key[0] is _squares_weighted]
+    entry, = [e for key, e in pipeline.entries.items() if key[0] is f]
     ir = entry.library.get_llvm_str()
     reverse = ir[ir.index(".rev"):]
+    assert "calloc" not in ir
     assert re.search(r"<\d+ x double>", reverse), "the reverse loop was not vectorised"
 
 

@@ -182,7 +182,8 @@ def test_every_reverse_loop_has_one_entry_block(f, shape, loops, tmp_path, monke
 # Numba returns a float (or a tuple of floats) through a stack slot its caller
 # passes. The shadow of such a slot only ever holds an adjoint, so the reverse
 # sweep keeps it on its own stack, where LLVM turns it into a register: a loop
-# calling a small function then vectorises like the same loop written inline.
+# calling a small function then vectorises like the same loop written inline
+# (test_arrays.py: test_reverse_of_an_elementwise_loop_is_vectorised).
 
 @njit
 def _pair(v, w):
@@ -222,33 +223,3 @@ def test_gradients_through_the_slots_of_callee_results(f, n):
     want_dx, want_dw = _central(f, x, 0.6)
     np.testing.assert_allclose(dx, want_dx, rtol=1e-6, atol=1e-8)
     assert dw == pytest.approx(want_dw, rel=1e-6, abs=1e-8)
-
-
-@njit
-def _weighted_square(w, v):
-    return w * v * v
-
-
-@njit
-def weighted_squares(x, w):
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += _weighted_square(w[i], x[i])
-    return s
-
-
-def test_the_reverse_of_a_loop_calling_a_function_is_vectorised():
-    import re
-
-    from enzpy import pipeline
-    x, w = np.linspace(-1.0, 1.0, 1001), np.linspace(0.5, 2.0, 1001)
-    dx, dw = np.zeros_like(x), np.zeros_like(w)
-    autodiff(Reverse, weighted_squares, Duplicated(x, dx), Duplicated(w, dw))
-    np.testing.assert_allclose(dx, 2.0 * w * x)
-    np.testing.assert_allclose(dw, x * x)
-    entry, = [e for key, e in pipeline.entries.items() if key[0] is weighted_squares]
-    ir = entry.library.get_llvm_str()
-    reverse = ir[ir.index(".rev"):]
-    assert re.search(r"<\d+ x double>", reverse), "the reverse loop was not vectorised"
-    # the slot's shadow lives on the reverse sweep's stack: no heap block for it
-    assert "calloc" not in ir
