@@ -354,9 +354,9 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         is recomputed once, not in every iteration, which kept the loop from
         vectorising.)"""
         found = None
-        for h, loop in self.loops.items():
-            if block in loop.body and ins.block.name not in loop.body and (
-                    found is None or len(loop.body) > len(self.loops[found].body)):
+        for h in self._loops_at.get(block, ()):
+            if ins.block.name not in self.loops[h].body and (
+                    found is None or len(self.loops[h].body) > len(self.loops[found].body)):
                 found = h
         return found
 
