@@ -248,9 +248,10 @@ class Activity:
 
     def _exception_slot(self, alloca) -> bool:
         """Numba's per-call ``excinfo`` slots: passed as a call's second
-        argument, loaded, or set to null; they never hold differentiable data."""
+        argument, loaded, or set to null (and given a lifetime, where a call
+        was inlined); they never hold differentiable data."""
         for user in self.fn.users.get(alloca.name, ()):
-            if user.opcode == "load":
+            if user.opcode == "load" or (user.callee or "").startswith("llvm.lifetime."):
                 continue
             if user.opcode == "store" and user.operands[1].name == alloca.name \
                     and user.operands[0].ref == "null":

@@ -358,3 +358,27 @@ def test_a_build_pauses_the_cyclic_gc_only_while_its_stages_run(caller_disabled_
         gc.enable()
     assert not any(collections_in_stages)
     assert dx == pytest.approx(scalar_fd(chain, [0.7], 0), rel=1e-6)
+
+
+@njit
+def _integer_powers_by_depth(x, depth):
+    if depth == 0:
+        return 1.0
+    return _integer_powers_by_depth(x, depth - 1) + np.sum(x ** 2)
+
+
+@pytest.mark.parametrize("depth", [0, 1, 4])
+def test_array_integer_power_in_a_recursive_function(depth):
+    # x ** 2 on an array calls Numba's int_power once per element with an
+    # exception slot of its own; inlined into a recursive function, the slot
+    # gets a lifetime too, which made it look like memory holding derivatives
+    # (refused: "a pointer to differentiable memory is stored ...").
+    x = np.array([0.3, -0.2, 0.5])
+    dx = np.zeros(3)
+    autodiff(Reverse, _integer_powers_by_depth, Duplicated(x, dx), Const(depth))
+    np.testing.assert_allclose(dx, 2.0 * depth * x)
+    (t,) = autodiff(enzpy.Forward, _integer_powers_by_depth,
+                    Duplicated(x, np.array([1.0, 2.0, 3.0])), Const(depth))
+    assert t == pytest.approx(2.0 * depth * (x @ [1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(enzpy.hvp(_integer_powers_by_depth, x, np.ones(3), depth),
+                               np.full(3, 2.0 * depth))
