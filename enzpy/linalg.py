@@ -24,6 +24,7 @@ from numba.extending import get_cython_function_address, intrinsic, overload
 from numba.np import linalg as numba_linalg
 
 from .userrules import builtin_vjp
+from .errors import UnsupportedError
 
 _MODULE = "numba.np.linalg"
 
@@ -637,8 +638,8 @@ def _qr_jvp(primals, tangents):
     q, r = np.linalg.qr(a)
     m, n = a.shape
     if m < n:
-        raise ValueError("np.linalg.qr: forward mode supports matrices with at least as many "
-                         "rows as columns")
+        raise UnsupportedError("np.linalg.qr: forward mode supports matrices with at least as "
+                               "many rows as columns (reverse mode supports any shape)")
     c = _solve_defined(r.T, (q.T @ da).T).T            # q^T da r^-1
     omega = np.tril(c, -1) - np.tril(c, -1).T
     dq = q @ omega + (da - q @ (q.T @ da)) @ np.linalg.inv(r)
@@ -676,7 +677,10 @@ def _pinv_jvp(primals, tangents):
 _rule("pinv_impl", _pinv_fwd, _pinv_bwd, _pinv_jvp)
 
 
-# -- lstsq(a, b, rcond) = (x, residuals, rank, s), for full column rank ---------------------
+# -- lstsq(a, b, rcond) = (x, residuals, rank, s), for full rank ----------------------------
+# With at least as many rows as columns (full column rank) x = (a^T a)^-1 a^T b; with fewer
+# (full row rank) LAPACK's x is the minimum-norm solution a^T (a a^T)^-1 b. Each is smooth
+# there; a rank-deficient a gives what the solves give (inf or nan), as for solve.
 def _lstsq_fwd(a, b, rcond):
     x, residues, rank, s = np.linalg.lstsq(a, b, rcond)
     return (x, residues, rank, s), (a, b, x)
@@ -686,16 +690,25 @@ def _lstsq_bwd(res, g):
     a, b, x = res
     gx, gres, _, gs = g
     x2 = _as_column(x)
-    r = _as_column(b) - a @ x2
-    z = _solve_defined(a.T @ a, _as_column(gx))
-    abar = r @ z.T - a @ z @ x2.T
-    bbar = a @ z
-    if gres.size:            # residuals: the squared norms of the columns of r
-        abar -= 2.0 * (r * gres.reshape(1, -1)) @ x2.T
-        bbar += 2.0 * r * gres.reshape(1, -1)
+    gx2 = _as_column(gx).astype(a.dtype)
+    if a.shape[0] >= a.shape[1]:
+        r = _as_column(b) - a @ x2
+        z = _solve_defined(a.T @ a, gx2)
+        abar = r @ z.T - a @ z @ x2.T
+        bbar = np.ascontiguousarray(a @ z)
+        if gres.size:        # residuals: the squared norms of the columns of r
+            twice = (r + r) * gres.astype(a.dtype).reshape(1, -1)   # (float32 stays)
+            abar -= twice @ x2.T
+            bbar += twice
+    else:                    # x = a^T y, y = (a a^T)^-1 b
+        k = a @ a.T
+        y = np.linalg.solve(k, _as_column(b))
+        w = _solve_defined(k, a @ gx2)
+        abar = y @ gx2.T - (w @ y.T + y @ w.T) @ a
+        bbar = np.ascontiguousarray(w)
     if np.any(gs != 0.0):    # the singular values of a
         u, s, vh = np.linalg.svd(a, False)
-        abar += (u * gs.reshape(1, -1)) @ vh
+        abar += (u * gs.astype(a.dtype).reshape(1, -1)) @ vh
     return abar, bbar.reshape(b.shape), None
 
 
@@ -705,13 +718,19 @@ def _lstsq_jvp(primals, tangents):
     x, residues, rank, s = np.linalg.lstsq(a, b, rcond)
     x2 = _as_column(x)
     r = _as_column(b) - a @ x2
-    dx = _solve_defined(a.T @ a, da.T @ r + a.T @ (_as_column(db) - da @ x2))
+    if a.shape[0] >= a.shape[1]:
+        dx = _solve_defined(a.T @ a, da.T @ r + a.T @ (_as_column(db) - da @ x2))
+    else:
+        k = a @ a.T
+        y = np.linalg.solve(k, _as_column(b))
+        dy = _solve_defined(k, _as_column(db) - (da @ a.T + a @ da.T) @ y)
+        dx = da.T @ y + a.T @ dy
     dres = residues * 0.0
     if residues.size:
         dres = -2.0 * np.sum(r * (da @ x2 - _as_column(db) + a @ dx), axis=0)
     u, s2, vh = np.linalg.svd(a, False)
     ds = np.sum(u * (da @ vh.T), axis=0)
-    return (x, residues, rank, s), (dx.reshape(x.shape), dres, rank, ds)
+    return (x, residues, rank, s), (np.ascontiguousarray(dx).reshape(x.shape), dres, rank, ds)
 
 
 _rule("lstsq_impl", _lstsq_fwd, _lstsq_bwd, _lstsq_jvp)

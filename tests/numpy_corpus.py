@@ -1886,6 +1886,13 @@ _add("cholesky_weighted_fortran", ["np.linalg.cholesky"], cholesky_weighted,
 _add("lstsq_coef_f64", ["np.linalg.lstsq", "np.dot"], lstsq_coef,
      lambda: [singular(515, 6, 3), normal(1515, 6), weights(515, 3)], wrt=(0, 1),
      tags=("linalg",), hvp=True)
+# fewer rows than columns: the minimum-norm solution (was a silently wrong derivative)
+_add("lstsq_coef_wide_f64", ["np.linalg.lstsq", "np.dot"], lstsq_coef,
+     lambda: [singular(519, 3, 5), normal(1519, 3), weights(519, 5)], wrt=(0, 1),
+     tags=("linalg",), hvp=True)
+_add("lstsq_coef_f32", ["np.linalg.lstsq", "np.dot"], lstsq_coef,
+     lambda: [f32(singular(520, 5, 3)), f32(normal(1520, 5)), f32(weights(520, 3))],
+     wrt=(0, 1), tags=("linalg", "float32"))
 _add("lstsq_resid_f64", ["np.linalg.lstsq", "@"], lstsq_resid,
      lambda: [singular(516, 5, 2), normal(1516, 5)], wrt=(0, 1), tags=("linalg",))
 _add("eigh_values_f64", ["np.linalg.eigh"], eigh_values,

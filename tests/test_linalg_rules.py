@@ -213,3 +213,49 @@ def test_cholesky_gradient_of_a_large_matrix():
     h = 1e-6
     fd = (_weighted_cholesky(a + h * v, w) - _weighted_cholesky(a - h * v, w)) / (2 * h)
     assert np.sum(da * v) == pytest.approx(fd, rel=1e-6)
+
+
+@njit
+def _lstsq_weighted(A, b, w):
+    x, res, rank, sv = np.linalg.lstsq(A, b)
+    return np.dot(w, x)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_lstsq_of_a_wide_matrix_is_the_minimum_norm_solution(dtype):
+    # Fewer rows than columns: LAPACK returns x = pinv(A) b. The rule solved with
+    # A^T A (singular there) and returned a wrong derivative without an error.
+    rng = np.random.default_rng(7)
+    A = rng.standard_normal((3, 5)).astype(dtype)
+    b = rng.standard_normal(3).astype(dtype)
+    w = np.arange(1.0, 6.0).astype(dtype)
+    P = np.linalg.pinv(A.astype(np.float64))
+    dA, db = np.zeros_like(A), np.zeros_like(b)
+    autodiff(Reverse, _lstsq_weighted, Duplicated(A, dA), Duplicated(b, db), Const(w))
+    tol = 1e-9 if dtype == np.float64 else 2e-3
+    np.testing.assert_allclose(db, P.T @ w, rtol=tol, atol=tol)
+    # d/dA of w . pinv(A) b, by central differences in float64
+    h, fd = 1e-6, np.zeros((3, 5))
+    A64, b64, w64 = A.astype(np.float64), b.astype(np.float64), w.astype(np.float64)
+    for i in range(3):
+        for j in range(5):
+            up, dn = A64.copy(), A64.copy()
+            up[i, j] += h
+            dn[i, j] -= h
+            fd[i, j] = (w64 @ np.linalg.pinv(up) @ b64 - w64 @ np.linalg.pinv(dn) @ b64) / (2 * h)
+    np.testing.assert_allclose(dA, fd, rtol=tol, atol=tol * 10)
+    tA, tb = rng.standard_normal((3, 5)).astype(dtype), rng.standard_normal(3).astype(dtype)
+    (t,) = autodiff(Forward, _lstsq_weighted, Duplicated(A, tA), Duplicated(b, tb), Const(w))
+    assert t == pytest.approx(float(np.sum(dA * tA) + db @ tb), rel=tol * 10, abs=tol)
+
+
+@njit
+def _qr_weighted(A):
+    Q, R = np.linalg.qr(A)
+    return (R * R).sum() + Q[0, 0]
+
+
+def test_qr_of_a_wide_matrix_in_forward_mode_is_refused_as_unsupported():
+    A = np.random.default_rng(8).standard_normal((3, 5))
+    with pytest.raises(enzpy.UnsupportedError, match="at least as many rows as columns"):
+        autodiff(Forward, _qr_weighted, Duplicated(A, np.ones_like(A)))
