@@ -228,9 +228,13 @@ def vjp(f, *args):
     function mapping a cotangent ``g`` shaped like ``out`` (a float, an array or
     a tuple of them) to a tuple with one cotangent per argument: ``J^T g`` for
     float scalars and float arrays, None for ``Const(v)`` and other values.
-    The pullback can be called many times (each call runs ``f`` once more)."""
+    The pullback can be called many times (each call runs ``f`` once more),
+    always at the point ``out`` was computed at: the arrays among ``args`` are
+    copied here, so changing them afterwards (an optimizer's step in place)
+    does not move the pullback."""
     disp = _dispatcher(f)
     values = [a.val if isinstance(a, Annotation) else a for a in args]
+    values = [v.copy() if isinstance(v, np.ndarray) else v for v in values]
     for i, a in enumerate(args):
         if isinstance(a, Annotation) and type(a) is not Const:
             raise TypeError(f"vjp: argument {i}: pass values (or Const(v) for what is not "

@@ -95,3 +95,15 @@ def test_jacobian_picks_reverse_mode_for_few_outputs():
     x = np.arange(1.0, 6.0)
     np.testing.assert_allclose(enzpy.jacobian(two_outputs, x),
                                np.stack([np.ones(5), 2 * x]))
+
+
+def test_pullback_stays_at_the_point_of_out():
+    # An optimizer may update x in place between vjp and the pullback: the
+    # pullback is J^T g at the x that ``out`` was computed at, as in JAX.
+    x = np.array([0.3, -1.2, 2.0, 0.1])
+    g = np.array([1.0, 0.0, -1.0, 0.5])
+    expected = fd_vjp(softmax, [x.copy(), 1.5], 0, g)
+    out, pullback = enzpy.vjp(softmax, x, 1.5)
+    x[:] = 5.0
+    np.testing.assert_allclose(pullback(g)[0], expected, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(out, softmax(np.array([0.3, -1.2, 2.0, 0.1]), 1.5))
