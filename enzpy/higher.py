@@ -31,7 +31,7 @@ def _point(x, name):
     if _is_float_scalar(x):
         return x
     if isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float64):
-        return np.ascontiguousarray(x)
+        return np.asarray(x, order="C")         # (0-d stays 0-d)
     raise TypeError(f"{name}: x must be a float scalar or a float32/float64 array, "
                     f"got {type(x).__name__}"
                     + (f" of dtype {x.dtype}" if isinstance(x, np.ndarray) else ""))
@@ -51,7 +51,7 @@ def hvp(f, x, v, *args):
         v = np.asarray(v)
         if v.shape != x.shape:
             raise ValueError(f"hvp: v has shape {v.shape}, x has shape {x.shape}")
-        v = np.ascontiguousarray(v, dtype=x.dtype)
+        v = np.asarray(v, dtype=x.dtype, order="C")
     elif not _is_float_scalar(v) and not isinstance(v, (int, np.integer)):
         raise TypeError(f"hvp: x is a scalar, so v must be a float, got {type(v).__name__}")
     key = ("hvp", disp, _signature_key(Duplicated(x, x)),
@@ -79,6 +79,8 @@ def hessian(f, x, *args):
     if not isinstance(x, np.ndarray):
         return hvp(f, x, type(x)(1.0), *args)
     columns = [hvp(f, x, e, *args).ravel() for e in _basis(x)]
+    if not columns:
+        return np.zeros(x.shape + x.shape, dtype=x.dtype)
     return np.stack(columns, axis=-1).reshape(x.shape + x.shape)
 
 
@@ -110,17 +112,25 @@ def jacobian(g, x, *args):
         if np.size(out) < np.size(x):
             return _jacobian_by_rows(disp, x, consts, out)
     columns = []
+    initial = consts[-1].copy(order="K") if writes_out else None
     for direction in _basis(x):
         if writes_out:
-            dout = np.zeros_like(consts[-1])
+            # each pass from the output's initial values (g may accumulate into
+            # it); the caller's array ends as after one call of g
+            dout = np.zeros_like(initial)
+            written = initial.copy()
             autodiff(Forward, disp, Duplicated(x, direction), *consts[:-1],
-                     Duplicated(consts[-1], dout))
+                     Duplicated(written, dout))
+            consts[-1][...] = written
             columns.append(dout)
         else:
             (tangent,) = autodiff(Forward, disp, Duplicated(x, direction), *consts)
             columns.append(np.asarray(tangent))
     if not isinstance(x, np.ndarray):
         return columns[0]
+    if not columns:                     # an empty x
+        result = consts[-1] if writes_out else out
+        return np.zeros(np.shape(result) + x.shape, dtype=x.dtype)
     jac = np.stack([c.ravel() for c in columns], axis=-1)
     return jac.reshape(columns[0].shape + x.shape)
 
@@ -131,6 +141,8 @@ def _jacobian_by_rows(disp, x, consts, out):
     if not isinstance(out, np.ndarray):
         return pullback(type(out)(1.0))[0]
     rows = [np.asarray(pullback(e)[0]).ravel() for e in _basis(out)]
+    if not rows:                        # an empty result
+        return np.zeros(out.shape + np.shape(x), dtype=out.dtype)
     return np.stack(rows).reshape(out.shape + np.shape(x))
 
 
@@ -207,7 +219,7 @@ def _check_cotangent(g, out, where="g"):
         if g.shape != out.shape:
             raise ValueError(f"pullback: {where} has shape {g.shape}; the result has shape "
                              f"{out.shape}")
-        return np.ascontiguousarray(g, dtype=out.dtype)
+        return np.asarray(g, dtype=out.dtype, order="C")
     if isinstance(out, (float, np.floating)):
         if not isinstance(g, (float, int, np.floating, np.integer)):
             raise TypeError(f"pullback: {where} must be a float, like the result")

@@ -619,6 +619,28 @@ def test_jacobian_of_2d_input():
     assert_close(J, want, rtol=1e-15)
 
 
+@njit
+def _exp_sum(x):
+    return np.sum(np.exp(x))
+
+
+@njit
+def _doubled(x):
+    return x * 2.0
+
+
+def test_shapes_for_0d_and_empty_x():
+    # x.shape + x.shape and out.shape + x.shape, for a 0-d x (NumPy's
+    # ascontiguousarray made it 1-d) and an empty one (nothing to stack)
+    H = hessian(_exp_sum, np.array(0.5))
+    assert H.shape == () and float(H) == pytest.approx(math.exp(0.5))
+    J = jacobian(_doubled, np.array(0.5))
+    assert J.shape == () and float(J) == 2.0
+    assert hessian(_exp_sum, np.zeros(0)).shape == (0, 0)
+    assert jacobian(_doubled, np.zeros(0)).shape == (0, 0)
+    assert jacobian(_exp_sum, np.zeros(0)).shape == (0,)
+
+
 def test_jacobian_of_scalar_function_is_the_gradient():
     for f, consts in ((rosenbrock, ()), (calls_between, ()), (with_temporaries, (0.7,))):
         J = jacobian(f, X5, *consts)
@@ -652,6 +674,22 @@ def test_jacobian_of_out_writing_function():
     want[-1, 0] = x[-1]
     want[-1, -1] = x[0]
     assert_close(J, want, rtol=1e-14)
+
+
+@njit
+def _accumulate_squares(x, out):
+    for i in range(x.shape[0]):
+        out[i] += x[i] ** 2
+
+
+def test_jacobian_of_a_function_accumulating_into_its_output():
+    # every pass starts from the output's values; the caller's output ends as
+    # after one call (not one per pass)
+    x = np.array([1.0, 2.0, 3.0])
+    out = np.ones(3)
+    J = jacobian(_accumulate_squares, x, out)
+    assert_close(J, np.diag(2.0 * x), rtol=1e-15)
+    assert_close(out, 1.0 + x ** 2, rtol=1e-15)
 
 
 def test_jacobian_consistent_with_hessian():
