@@ -206,14 +206,18 @@ class ModuleBuilder:
             return False
         return True
 
-    def derivative(self, symbol, activity, atomic=False, stable=frozenset()):
+    def derivative(self, symbol, activity, atomic=False, stable=frozenset(),
+                   nonnull=frozenset()):
         """The derivative of ``symbol`` for ``activity``; ``atomic``: its
         reverse accumulates into shadow memory atomically (it runs on several
         threads at once: the body of a parallel loop, and its callees);
         ``stable``: the indices of pointer arguments whose memory nothing writes
         during the call (``stable_operands``), which a rule's reverse may read
-        again instead of recording."""
-        key = (self.mode, symbol, tuple(activity), atomic, self._memory_facts(symbol), stable)
+        again instead of recording; ``nonnull``: the indices of 'dup' parameters
+        whose shadows are never null (the root's array data, which the entry
+        passes; see ``root_nonnull``)."""
+        key = (self.mode, symbol, tuple(activity), atomic, self._memory_facts(symbol), stable,
+               nonnull)
         if self._generating:
             self._caller.setdefault(symbol, self._generating[-1].fn.name)
         found = self.derivatives.get(key)
@@ -236,7 +240,7 @@ class ModuleBuilder:
             else:
                 split_loop_exits(fn)
                 untie_carried_selects(fn)
-                found = FunctionDerivative(fn, activity, index, atomic, stable)
+                found = FunctionDerivative(fn, activity, index, atomic, stable, nonnull)
             self.derivatives[key] = found
             self._pending.append(found)
         return found
@@ -344,12 +348,22 @@ class ModuleBuilder:
         return located
 
     # -- building -------------------------------------------------------------
-    def build(self, symbol, activity) -> FunctionDerivative:
+    def build(self, symbol, activity, nonnull=frozenset()) -> FunctionDerivative:
         self.user_args[symbol] = set(range(len(activity)))
-        root = self.derivative(symbol, activity)
+        root = self.derivative(symbol, activity, nonnull=self.root_nonnull(symbol, nonnull))
         while self._pending:
             self._generate(self._pending.pop())
         return root
+
+    def root_nonnull(self, symbol, nonnull) -> frozenset:
+        """``nonnull`` (parameters the entry passes non-null shadows), unless the
+        module calls ``symbol`` itself: its call sites may pass null shadows,
+        and one derivative serves them and the entry (no second variant)."""
+        if not nonnull or any(ins.opcode in ("call", "invoke") and ins.callee == symbol
+                              for fn in self.module.functions.values()
+                              for b in fn.blocks for ins in b.instructions):
+            return frozenset()
+        return nonnull
 
     def _generate(self, deriv):
         self._generating.append(deriv)

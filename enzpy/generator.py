@@ -38,6 +38,8 @@ class DerivativeGenerator:
         self.cfg = ControlFlow(self.fn)
         self.act = Activity(self.fn, deriv.activity, builder.call_propagates)
         self.calls = {}               # id(call instruction) -> callee derivative
+        self._shadows_never_null = {}  # instruction name -> its shadow is never null
+        self.never_null_refs = set()   # the reverse's values of such shadows
 
     def _where(self, ins) -> str:
         return self.describe(self.fn.name, ins)

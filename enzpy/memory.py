@@ -114,12 +114,53 @@ class ShadowMemory:
         return test
 
     def _never_null(self, ptr: Value) -> bool:
-        name = ptr.name[len("~s."):] if ptr.name.startswith("~s.") else None
-        ins = self.fn.defs.get(name) if name else None
-        while ins is not None and ins.opcode in ("getelementptr", "bitcast"):
-            base = ins.operands[0]
-            ins = self.fn.defs.get(base.name) if base.kind == "inst" else None
-        return ins is not None and (ins.opcode == "alloca" or ins.callee in ALLOCATORS)
+        """Whether the shadow pointer ``ptr`` cannot be null: the forward
+        sweep's shadow of an instruction (``~s.<name>``) or a value of one the
+        reverse sweep got back (``never_null_refs``), when ``shadow_never_null``;
+        or a parameter's shadow every caller passes non-null (``nonnull_shadows``:
+        the root's array data from the entry). Accesses through it need no test,
+        and loops over it can vectorise where the derivative is not inlined."""
+        if ptr.ref in self.never_null_refs or ptr.name in self._nonnull_params():
+            return True
+        return ptr.name.startswith("~s.") and self.shadow_never_null(ptr.name[len("~s."):])
+
+    def shadow_never_null(self, name: str) -> bool:
+        """Whether the shadow of instruction ``name`` is never null: it is the
+        shadow of an allocation of this function (enzpy's shadow allocations
+        never return null: an arena traps when out of memory, and a failed
+        Numba allocation would fault in the zeroing that follows it) or of a
+        parameter in ``nonnull_shadows``, an address into one or its data
+        pointer, or a phi or select of such values. Other parameters' shadows
+        may be null (the shadow of memory that carries no derivative), and so
+        may a pointer loaded from memory."""
+        known = self._shadows_never_null
+        if name not in known:
+            known[name] = self._allocation_shadow(name, set())
+        return known[name]
+
+    def _allocation_shadow(self, name: str, visiting: set) -> bool:
+        if name in visiting:
+            return True         # a cycle of phis adds no value of its own
+        ins = self.fn.defs.get(name)
+        if ins is None:
+            return False
+        if ins.opcode == "alloca" or ins.callee in ALLOCATORS:
+            return True
+        visiting.add(name)
+        if ins.opcode in ("getelementptr", "bitcast") or ins.callee in DERIVED_POINTERS:
+            sources = ins.operands[:1] if ins.opcode != "call" else ins.args[:1]
+        elif ins.opcode == "phi":
+            sources = [v for v, _ in ins.incoming]
+        elif ins.opcode == "select":
+            sources = ins.operands[1:]
+        else:
+            return False
+        return all(shadow_name(v.name) in self._nonnull_params() if v.kind == "arg" else
+                   v.kind == "inst" and v.name in self.act.shadowed
+                   and self._allocation_shadow(v.name, visiting) for v in sources)
+
+    def _nonnull_params(self):
+        return getattr(self.d, "nonnull_shadows", ())
 
     def _reverse_runtime_call(self, ins, block) -> bool:
         """Reverse of Numba runtime calls and memory intrinsics; False if ``ins`` is none."""

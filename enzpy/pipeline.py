@@ -393,7 +393,8 @@ class Build:
         with self.stage("reverse"):
             builder = ModuleBuilder(primal.model, primal.lowered, primal.blocks,
                                     **self._sharing())
-            root = _generate(builder, symbol, activity, name or primal.low.name)
+            root = _generate(builder, symbol, activity, name or primal.low.name,
+                             self._nonnull_data(layouts, activity))
             entry_name = self._entry_name(symbol)
             shadows = [(self._flat_types(shadow), lay.shadow_fields,
                         (ARRAY_DATA_FIELD,) if isinstance(shadow, types.Array) else ())
@@ -407,6 +408,18 @@ class Build:
                 entry_name, root, _return_slot_type(self.ctx, restype), activity[0] == "dup",
                 shadows, arena))
         return builder, entry_name, text
+
+    def _nonnull_data(self, layouts, activity) -> frozenset:
+        """Indices of the root's parameters receiving the data pointers of
+        ``Duplicated`` arrays' shadows, which ``entry_function`` passes non-null."""
+        found, start = set(), 2
+        for (kind, _, shadow), lay in zip(self.signature, layouts):
+            data = start + ARRAY_DATA_FIELD
+            if kind == "Duplicated" and isinstance(shadow, types.Array) and \
+                    activity[data] == "dup":
+                found.add(data)
+            start += len(lay.activity)
+        return frozenset(found)
 
     def _tangent_params(self, layouts):
         """The extra parameters of a forward entry, as (LLVM type, name), and the
@@ -547,9 +560,9 @@ def _check_return(low, mode):
                            f"result into an output argument passed as Duplicated")
 
 
-def _generate(builder, symbol, activity, name):
+def _generate(builder, symbol, activity, name, nonnull=frozenset()):
     try:
-        return builder.build(symbol, activity)
+        return builder.build(symbol, activity, nonnull)
     except UnsupportedError as exc:
         if f"'{name}'" in str(exc):
             raise

@@ -80,11 +80,14 @@ class Lazy(Value):
 class FunctionDerivative:
     """Names and signature of one (function, activity) derivative pair."""
 
-    def __init__(self, fn, activity, index, atomic=False, stable=frozenset()):
+    def __init__(self, fn, activity, index, atomic=False, stable=frozenset(),
+                 nonnull=frozenset()):
         self.fn = fn
         self.activity = tuple(activity)
         self.atomic = atomic
         self.stable = stable
+        # the 'dup' parameters whose shadows every caller passes non-null
+        self.nonnull_shadows = {shadow_name(fn.args[k].name) for k in nonnull}
         base = f"enzpy.d{index}.{fn.name}"
         self.aug_name = base + ".aug"
         self.rev_name = base + ".rev"
@@ -301,7 +304,10 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             return Value(local(shadow_name(v.name)), v.type, "arg", shadow_name(v.name))
         if v.kind != "inst" or v.name not in self.act.shadowed:
             return null_shadow(v.type)
-        return self._fetch(("s", v.name), self.fn.defs[v.name], block, depth)
+        value = self._fetch(("s", v.name), self.fn.defs[v.name], block, depth)
+        if self.shadow_never_null(v.name):
+            self.never_null_refs.add(value.ref)
+        return value
 
     def _fetch(self, key, ins, block, depth):
         iv = self.inductions.get(key[1])

@@ -752,6 +752,42 @@ def test_reverse_of_an_elementwise_loop_is_vectorised(f):
     assert re.search(r"<\d+ x double>", reverse), "the reverse loop was not vectorised"
 
 
+@njit
+def _weighted_products_large(x, w, c):
+    t = w * x
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += t[i] * x[i]
+    if c > 0:           # (code enough that the derivative is not inlined into the entry)
+        s += (x[0] * w[1] - x[1] * w[2]) / (1.0 + x[2] ** 2) + np.sqrt(abs(w[0] * x[1])) * c
+        s -= np.exp(-x[3] * w[3]) * np.log1p(w[4] ** 2) / (2.0 + np.cos(x[4] * c))
+        s += np.tanh(x[5] - w[5]) ** 3 - np.arctan2(x[6], 1.0 + w[6] ** 2)
+    return s
+
+
+def test_reverse_loops_of_a_function_not_inlined_are_vectorised():
+    # A derivative too big to inline into the entry keeps its own function.
+    # Its array parameters' shadows are the entry's, never null, and so are the
+    # shadows of the arrays it allocates: no per-element null test is left in
+    # its reverse loops (dx[i] += t[i] ds, dt[i] += x[i] ds, then t = w * x),
+    # which vectorise.
+    import re
+
+    from enzpy import pipeline
+    f = _weighted_products_large
+    x, w = np.linspace(-1.0, 1.0, 1001), np.linspace(0.5, 2.0, 1001)
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    autodiff(Reverse, f, Duplicated(x, dx), Duplicated(w, dw), Const(0.0))
+    np.testing.assert_allclose(dx, 2.0 * w * x)
+    np.testing.assert_allclose(dw, x * x)
+    entry, = [e for key, e in pipeline.entries.items() if key[0] is f]
+    ir = entry.library.get_llvm_str()
+    start = re.search(r'^define[^\n]*_weighted_products_large[^\n(]*\.rev"?\(', ir, re.M)
+    assert start, "the reverse function was inlined"
+    reverse = ir[start.start():ir.index("\n}\n", start.start())]
+    assert re.search(r"<\d+ x double>", reverse), "the reverse loops were not vectorised"
+
+
 # -- writes through views and arrays a callee returns ----------------------------------
 # Numba returns an array by storing it into a slot its caller passes: a write
 # through the array loaded back from there is a write of whatever memory the
