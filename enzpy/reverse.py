@@ -97,7 +97,11 @@ class FunctionDerivative:
         params = [f"{a.type} {local(a.name)}" for a in fn.args]
         params += [f"ptr {local(shadow_name(a.name))}"
                    for a, act in zip(fn.args, activity) if act == "dup"]
-        params.append('ptr noalias %"enzpy.tape"')
+        # No derivative stores its tape's address (the tape runtime and the rules
+        # only access it): said so, a derivative kept as a call (another build's)
+        # leaves LLVM free to keep the tape position in a register in loops
+        # elsewhere in the caller, and to vectorise them.
+        params.append('ptr noalias captures(none) %"enzpy.tape"')
         self.params = params
         # names of the parameters the rev function reads, once written
         self.reverse_reads = None
