@@ -32,6 +32,7 @@ class AugmentedForward:
         for b in self.fn.blocks:
             e.label(b.name)
             if b is self.fn.entry:
+                self.declare_lost_flag()
                 for key in frame_keys:
                     e.emit(f"{local(slots[key])} = alloca {self.frame[key]}")
                 if self.shadow_memory and self.reverse_reads_alloca_shadows:
@@ -64,7 +65,8 @@ class AugmentedForward:
             self._push_block(b)
             if b.terminator.opcode == "ret":
                 self._push_frame(b, slots)
-            e.emit(strip_metadata(b.terminator.text))
+            if not self.return_raising_if_lost(b.terminator):
+                e.emit(strip_metadata(b.terminator.text))
         self.builder.declarations.update(e.declarations)
         return (f"define internal {self.fn.return_type} @\"{d.aug_name}\"({', '.join(d.params)})"
                 f"{self._inlining()} {{\n"
@@ -106,6 +108,8 @@ class AugmentedForward:
                     else value
                 addr = self.guard(self.forward_shadow(ptr), write=True)
                 e.emit(f"store {value.type} {mirrored.ref}, ptr {addr.ref}, align 1")
+            elif self.may_lose_derivative(ins):
+                self.check_lost_derivative(ins, self.forward_shadow(ptr))
         elif ins.opcode == "call":
             self._forward_runtime_call(ins)
         if ins.callee in ALLOCATORS and ins.callee not in RAW_ALLOCATORS and \

@@ -411,7 +411,8 @@ class ModuleBuilder:
         # mode's helpers: each is defined once)
         helpers = [text for name, text in runtime.items() if name not in existing]
         decls = [text for name, text in self.declarations.items()
-                 if name not in existing and name not in runtime]
+                 if name not in existing and name not in runtime
+                 and f"@{name} = " not in primal]       # (a global it defines)
         for d in self.reused.values():
             decls += d.declarations()
         return "\n".join([primal, *helpers, *decls, *self.texts, entry])

@@ -68,6 +68,7 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
 
     entry_allocas_only = False
     sink_read, sink_write = SINK_READ, SINK_WRITE
+    lost_flag = "~lost.t"
 
     def generate(self) -> str:
         self._check_unsupported()
@@ -86,6 +87,8 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
         for name in self.cfg.reverse_postorder:
             self.e = Emitter(f"~f.{name}")
             self.e.label(name)
+            if name == self.fn.entry.name:
+                self.declare_lost_flag()
             for ins in self.fn.block_map[name].instructions:
                 self._instruction(ins)
             self.builder.declarations.update(self.e.declarations)
@@ -116,6 +119,8 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
         e = self.e
         if ins.opcode == "call" and self._is_derivative_call(ins):
             self._call(ins)
+            return
+        if ins.opcode == "ret" and self.return_raising_if_lost(ins):
             return
         e.emit(strip_metadata(ins.text))
         if ins.opcode == "store":
@@ -197,8 +202,10 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
         # A constant stored has a zero tangent; an integer is its own derivative
         # (shadow arrays keep their sizes and strides).
         stored = self.derivative(value)
-        addr = self.guard(self.derivative(ptr), write=True)
+        shadow = self.derivative(ptr)
+        addr = self.guard(shadow, write=True)
         self.e.emit(f"store {value.type} {stored.ref}, ptr {addr.ref}, align 1")
+        self.check_lost_derivative(ins, shadow)
 
     def _runtime_call(self, ins):
         """Reference counts, frees and bulk memory operations, mirrored on shadows."""

@@ -40,6 +40,7 @@ class DerivativeGenerator:
         self.calls = {}               # id(call instruction) -> callee derivative
         self._shadows_never_null = {}  # instruction name -> its shadow is never null
         self.never_null_refs = set()   # the reverse's values of such shadows
+        self._lossy_stores = None      # see ShadowMemory.may_lose_derivative
 
     def _where(self, ins) -> str:
         return self.describe(self.fn.name, ins)

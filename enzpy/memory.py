@@ -8,6 +8,10 @@ reverse sweep may still need the memory), and bulk copies.
 """
 from __future__ import annotations
 
+import hashlib
+
+from numba.core import serialize
+
 from .analysis import (ALLOCATORS, ARRAY_ALLOCATORS, DERIVED_POINTERS, POINTER_PROPAGATING,
                        RAW_ALLOCATORS, RESIZERS, pointer_roots)
 from .custom import rule_for
@@ -71,6 +75,23 @@ def null_shadow(ty: str) -> Value:
     return Value("null" if ty == "ptr" else "zeroinitializer", ty, "const")
 
 
+def static_exception(cls, message) -> tuple:
+    """(global name, IR definition) of the record Numba's code stores into its
+    ``excinfo`` to raise ``cls(message)``: the pickled exception, its length
+    and its SHA-1, laid out as ``numba.core.pythonapi`` serializes it."""
+    data = serialize.dumps((cls, (message,), None))
+    digest = hashlib.sha1(data).digest()
+    name = f"enzpy.exc.{digest.hex()}"
+
+    def array(raw: bytes) -> str:
+        return f"[{len(raw)} x i8] c\"" + "".join(f"\\{b:02X}" for b in raw) + "\""
+
+    return name, (f"@{name}.data = internal constant {array(data)}\n"
+                  f"@{name}.sha1 = internal constant {array(digest)}\n"
+                  f"@{name} = internal constant {{ ptr, i32, ptr, ptr, i32 }} "
+                  f"{{ ptr @{name}.data, i32 {len(data)}, ptr @{name}.sha1, ptr null, i32 0 }}")
+
+
 def zero_allocation(e: Emitter, ins, shadow: Value):
     """Zero the data of ``shadow``, a new allocation made like ``ins`` (whose
     first argument is the size in bytes)."""
@@ -88,6 +109,9 @@ class ShadowMemory:
     """Generator methods for memory: see the module docstring."""
 
     sink_read, sink_write = SINK_READ, SINK_WRITE
+    # (the tangent function's differs from the augmented forward's: a tangent
+    # function is differentiated again for second order)
+    lost_flag = "~lost"
 
     def guard(self, ptr: Value, write=False) -> Value:
         """``ptr``, or scratch memory when it is null: a shadow pointer is null
@@ -100,6 +124,95 @@ class ShadowMemory:
             return ptr
         return self.e.define("ptr", f"select i1 {self._null_test(ptr).ref}, ptr {sink.ref}, "
                                     f"ptr {ptr.ref}")
+
+    # -- derivatives written where memory has no shadow at run time -------------
+    def may_lose_derivative(self, ins) -> bool:
+        """A store of a float that depends on the differentiated inputs through a
+        pointer whose shadow may be null at run time: memory that carries no
+        derivative (an array held in a Const ``numba.typed.Dict``/``List``, a
+        Const array in a Duplicated container), where the derivative would be
+        dropped. Such a store is checked when it runs (``check_lost_derivative``)."""
+        if ins.opcode != "store":
+            return False
+        value, ptr = ins.operands
+        if not (contains_float(value.type) and self.act.is_varied(value)
+                and self.act.is_shadowed(ptr)):
+            return False
+        if ptr.kind == "arg":
+            return shadow_name(ptr.name) not in self._nonnull_params() and \
+                not self._return_slot(ptr)
+        return ptr.kind != "inst" or not self.shadow_never_null(ptr.name)
+
+    def _return_slot(self, arg) -> bool:
+        """Numba's return slot (parameter 0, ``retptr``): every caller passes a stack
+        slot of its own (the entry, a slot it allocates), whose shadow, when the
+        slot has one, is a slot too: never null."""
+        return arg.name == self.fn.args[0].name and arg.name.startswith("retptr")
+
+    def lost_derivative_checks(self) -> list:
+        """The stores of this function checked by ``check_lost_derivative``."""
+        if self._lossy_stores is None:
+            self._lossy_stores = [ins for b in self.fn.blocks for ins in b.instructions
+                                  if self.may_lose_derivative(ins)]
+        return self._lossy_stores
+
+    def declare_lost_flag(self):
+        """In the entry block: the flag the checks raise (before any of them runs)."""
+        if self.lost_derivative_checks():
+            self.e.emit(f"{local(self.lost_flag)} = alloca i1")
+            self.e.emit(f"store i1 false, ptr {local(self.lost_flag)}")
+
+    def check_lost_derivative(self, ins, shadow: Value):
+        """After the store ``ins`` (when ``may_lose_derivative``): raise the flag
+        when the shadow it writes through is null."""
+        if not self.may_lose_derivative(ins):
+            return
+        e = self.e
+        flag = local(self.lost_flag)
+        was = e.define("i1", f"load i1, ptr {flag}")
+        now = e.define("i1", f"or i1 {was.ref}, {self._null_test(shadow).ref}")
+        e.emit(f"store i1 {now.ref}, ptr {flag}")
+
+    def return_raising_if_lost(self, ret) -> bool:
+        """Emit the function's return ``ret`` so that a call that wrote a
+        derivative where no shadow was (``check_lost_derivative``) raises
+        UnsupportedError instead of returning a wrong derivative. The check is
+        made where the function returns (whatever the primal did is done, and
+        recorded: a caller catching the exception finds a consistent tape), and
+        an exception the primal raised is kept. False: nothing to check."""
+        checks = self.lost_derivative_checks()
+        if not checks or ret.opcode != "ret" or not ret.operands:
+            return False
+        status = ret.operands[0]
+        if status.type != "i32":
+            return False
+        e = self.e
+        exc = self._lost_excinfo(checks[0])
+        lost = e.define("i1", f"load i1, ptr {local(self.lost_flag)}")
+        ok = e.define("i1", f"icmp eq i32 {status.ref}, 0")
+        none = e.define("i1", f"icmp eq i32 {status.ref}, -2")
+        fine = e.define("i1", f"or i1 {ok.ref}, {none.ref}")
+        raise_ = e.define("i1", f"and i1 {lost.ref}, {fine.ref}")
+        excinfo = self.fn.args[1]
+        old = e.define("ptr", f"load ptr, ptr {excinfo.ref}")
+        new = e.define("ptr", f"select i1 {raise_.ref}, ptr {exc}, ptr {old.ref}")
+        e.emit(f"store ptr {new.ref}, ptr {excinfo.ref}")
+        code = e.define("i32", f"select i1 {raise_.ref}, i32 1, i32 {status.ref}")
+        e.emit(f"ret i32 {code.ref}")
+        return True
+
+    def _lost_excinfo(self, ins) -> str:
+        """A Numba static exception (pickled, as Numba emits ``raise``) naming
+        the first checked store of the function."""
+        message = (f"a value that depends on the differentiated inputs is written into "
+                   f"memory that has no derivative at run time{self._where(ins)}: the "
+                   f"array written is held in a Const container (numba.typed.Dict or "
+                   f"numba.typed.List) or is a Const array inside a Duplicated one, and its "
+                   f"derivative would be lost; keep it in a container passed as "
+                   f"Duplicated with a zero shadow, or pass the array itself")
+        name, definition = static_exception(UnsupportedError, message)
+        self.builder.declarations[name] = definition
+        return f"@{name}"
 
     def _null_test(self, ptr: Value) -> Value:
         """An i1 true when the shadow pointer ``ptr`` is null. An address

@@ -14,8 +14,8 @@ from numba import njit, types
 from numba.core.runtime import _nrt_python, rtsys
 from numba.experimental import jitclass
 
-from enzpy import (Active, Const, Duplicated, Forward, Reverse, autodiff, hvp,
-                   zeros_like)
+from enzpy import (Active, Const, Duplicated, Forward, Reverse, UnsupportedError, autodiff,
+                   hvp, zeros_like)
 
 X = np.linspace(0.5, 1.5, 5)
 
@@ -376,3 +376,39 @@ def test_typed_containers_are_refused_by_name():
     values = numba.typed.List([1.0, 2.0])
     with pytest.raises(TypeError, match="numba.typed.List"):
         autodiff(Reverse, list_argument, Duplicated(values, numba.typed.List([0.0, 0.0])))
+
+
+@njit
+def _scratch_in_typed_list(x, buffers):
+    buf = buffers[0]
+    for i in range(x.shape[0]):
+        buf[i] = 2.0 * x[i]
+    return np.sum(buf ** 2)
+
+
+@njit
+def _scratch_beside_a_shadowed_array(x, c):
+    arrays = [x, c]             # the list's shadow holds x's shadow, and none for c
+    buf = arrays[1]
+    for i in range(x.shape[0]):
+        buf[i] = 2.0 * arrays[0][i]
+    return np.sum(buf ** 2)
+
+
+@pytest.mark.parametrize("f, container", [
+    (_scratch_in_typed_list, lambda: numba.typed.List([np.zeros(3)])),
+    (_scratch_beside_a_shadowed_array, lambda: np.zeros(3)),
+])
+def test_derivatives_written_where_no_shadow_is_raise(f, container):
+    # An array reached through memory (a Const typed.List's item, a list
+    # mixing Duplicated and Const arrays) has a null shadow when nothing
+    # carries its derivative: what depends on x written into it would lose its
+    # derivative (it did: a zero gradient). Checked when the store runs.
+    x = np.array([0.5, -1.0, 2.0])
+    dx = np.zeros(3)
+    with pytest.raises(UnsupportedError, match=f"no derivative at run time in function "
+                                               f"'{f.__name__}'"):
+        autodiff(Reverse, f, Duplicated(x, dx), Const(container()))
+    assert not dx.any()
+    with pytest.raises(UnsupportedError, match="no derivative at run time"):
+        autodiff(Forward, f, Duplicated(x, np.ones(3)), Const(container()))

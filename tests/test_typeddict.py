@@ -312,3 +312,36 @@ def test_refusals_name_the_dictionary():
         autodiff(Reverse, _inserts_into_argument, Active(1.5), Duplicated(d, d.copy()))
     with pytest.raises(UnsupportedError, match="returns Dict"):
         enzpy.vjp(_returns_dictionary, 1.5)
+
+
+@njit
+def _scratch_in_dictionary(x, d):
+    buf = d["buf"]
+    for i in range(x.shape[0]):
+        buf[i] = 2.0 * x[i]
+    return np.sum(buf ** 2)
+
+
+@njit
+def scaled_by_buffer(x, d):
+    return x * d["buf"].sum()
+
+
+def test_writing_derivatives_into_an_array_of_a_const_dictionary_raises():
+    # The array a Const dictionary holds has no shadow: the derivative of what
+    # is written into it would be lost (it was: a zero gradient). The write is
+    # detected when it runs, and the call raises before the reverse sweep
+    # touches the shadows.
+    d = Dict.empty(key_type=types.unicode_type, value_type=types.float64[:])
+    d["buf"] = np.zeros(3)
+    x = np.array([0.5, -1.0, 2.0])
+    dx = np.full(3, 7.0)
+    with pytest.raises(UnsupportedError, match="no derivative at run time in function "
+                                               "'_scratch_in_dictionary'"):
+        autodiff(Reverse, _scratch_in_dictionary, Duplicated(x, dx), Const(d))
+    np.testing.assert_array_equal(dx, 7.0)
+    with pytest.raises(UnsupportedError, match="no derivative at run time"):
+        autodiff(Forward, _scratch_in_dictionary, Duplicated(x, np.ones(3)), Const(d))
+    # reading it stays fine (the primal ran: the buffer holds 2 x)
+    np.testing.assert_array_equal(d["buf"], 2.0 * x)
+    assert autodiff(Reverse, scaled_by_buffer, Active(1.5), Const(d)) == ((3.0, None),)
