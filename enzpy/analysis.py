@@ -14,8 +14,8 @@ from functools import cached_property
 
 import networkx as nx
 
-from .ir import (Function, local, contains_float, contains_pointer, field_offsets, fields_of,
-                 leaf_kinds, size_and_alignment)
+from .ir import (Function, Instruction, Value, local, contains_float, contains_pointer,
+                 field_offsets, fields_of, leaf_kinds, size_and_alignment)
 
 # Instructions whose result is a pointer into the same object as an operand.
 POINTER_PROPAGATING = ("getelementptr", "bitcast", "addrspacecast", "phi", "select", "freeze")
@@ -897,6 +897,62 @@ def untie_carried_selects(fn: Function):
             changed = True
     if changed:
         fn.__dict__.pop("users", None)
+
+
+def split_mixed_stores(fn: Function):
+    """Store an aggregate holding both floats and pointers field by field.
+
+    LLVM keeps some such stores whole (a tuple of a float32 array and a float32,
+    returned through Numba's return slot, has padding that stops it splitting
+    the store): its pointers need mirroring on the shadow in the forward sweep
+    and its floats an adjoint in the reverse sweep, which enzpy does per store.
+    Each field gets an ``extractvalue``, a ``getelementptr`` and a store of its
+    own (split again while mixed). Done once per function, before any derivative.
+    """
+    if getattr(fn, "_mixed_stores_split", False):
+        return
+    fn._mixed_stores_split = True
+    changed = False
+    for b in fn.blocks:
+        out = []
+        for ins in b.instructions:
+            if ins.opcode == "store" and _mixed(ins.operands[0]):
+                out += _split_store(ins.operands[0], ins.operands[1],
+                                    f"~split.{b.name}.{len(out)}", b)
+                changed = True
+            else:
+                out.append(ins)
+        b.instructions = out
+    if changed:
+        fn.__post_init__()
+        fn.__dict__.pop("users", None)
+
+
+def _mixed(value) -> bool:
+    return value.kind != "const" and contains_float(value.type) and \
+        contains_pointer(value.type) and bool(fields_of(value.type))
+
+
+def _split_store(value, ptr, stem, block) -> list:
+    made = []
+    for i, ty in enumerate(fields_of(value.type)):
+        part, address = f"{stem}.v{i}", f"{stem}.p{i}"
+        made.append(Instruction(part, "extractvalue", ty, [value],
+                                f"{local(part)} = extractvalue {value.type} {value.ref}, {i}",
+                                block, indices=(i,)))
+        index = [Value("0", "i32", "const"), Value(str(i), "i32", "const")]
+        made.append(Instruction(address, "getelementptr", "ptr", [ptr] + index,
+                                f"{local(address)} = getelementptr inbounds {value.type}, "
+                                f"ptr {ptr.ref}, i32 0, i32 {i}", block,
+                                source_type=value.type))
+        field = Value(local(part), ty, "inst", part)
+        address_value = Value(local(address), "ptr", "inst", address)
+        if _mixed(field):
+            made += _split_store(field, address_value, f"{stem}.{i}", block)
+        else:
+            made.append(Instruction("", "store", "void", [field, address_value],
+                                    f"store {ty} {field.ref}, ptr {address_value.ref}", block))
+    return made
 
 
 def _invariance(fn, body):

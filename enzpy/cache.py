@@ -20,7 +20,7 @@ from .errors import UnsupportedError
 from .frontend import array_meminfo_params, data_pointer_types, demangle, signature_of
 from .ir import local, tangent_name
 from .analysis import (RESIZERS, ReadOnlyMemory, pointer_roots, split_loop_exits,
-                       untie_carried_selects)
+                       split_mixed_stores, untie_carried_selects)
 from .custom import rule_for
 from .parallel import DISCARD, name_parallel_loops
 from .typeddict import name_dict_calls
@@ -240,6 +240,7 @@ class ModuleBuilder:
             else:
                 split_loop_exits(fn)
                 untie_carried_selects(fn)
+                split_mixed_stores(fn)
                 found = FunctionDerivative(fn, activity, index, atomic, stable, nonnull)
             self.derivatives[key] = found
             self._pending.append(found)

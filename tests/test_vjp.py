@@ -107,3 +107,28 @@ def test_pullback_stays_at_the_point_of_out():
     x[:] = 5.0
     np.testing.assert_allclose(pullback(g)[0], expected, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(out, softmax(np.array([0.3, -1.2, 2.0, 0.1]), 1.5))
+
+
+@njit
+def _scaled_and_first_f32(x):
+    return x * np.float32(2.0), x[0] * np.float32(3.0)
+
+
+@njit
+def _through_a_callee_f32(x):
+    y, first = _scaled_and_first_f32(x)
+    return y.sum() * first
+
+
+def test_tuple_of_a_float32_array_and_a_float32():
+    # LLVM keeps this tuple's store to the return slot whole (padding after the
+    # float): it was refused as "a value holding both floats and pointers"
+    x = np.array([0.5, -1.0, 2.0], dtype=np.float32)
+    _, pullback = enzpy.vjp(_scaled_and_first_f32, x)
+    (dx,) = pullback((np.ones(3, np.float32), np.float32(1.0)))
+    np.testing.assert_allclose(dx, [5.0, 2.0, 2.0])
+    dx = np.zeros_like(x)
+    autodiff(Reverse, _through_a_callee_f32, enzpy.Duplicated(x, dx))
+    # f = 2 sum(x) * 3 x0: df/dx = 6 x0 + [6 sum(x), 0, 0]
+    np.testing.assert_allclose(dx, 6.0 * x[0] + np.array([6.0 * x.sum(), 0.0, 0.0]),
+                               rtol=1e-6)
