@@ -109,7 +109,7 @@ class AugmentedForward:
                 addr = self.guard(self.forward_shadow(ptr), write=True)
                 e.emit(f"store {value.type} {mirrored.ref}, ptr {addr.ref}, align 1")
             elif self.may_lose_derivative(ins):
-                self.check_lost_derivative(ins, self.forward_shadow(ptr))
+                self.check_lost_derivative(self.forward_shadow(ptr))
         elif ins.opcode == "call":
             self._forward_runtime_call(ins)
         if ins.callee in ALLOCATORS and ins.callee not in RAW_ALLOCATORS and \

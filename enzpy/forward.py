@@ -205,7 +205,8 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
         shadow = self.derivative(ptr)
         addr = self.guard(shadow, write=True)
         self.e.emit(f"store {value.type} {stored.ref}, ptr {addr.ref}, align 1")
-        self.check_lost_derivative(ins, shadow)
+        if self.may_lose_derivative(ins):
+            self.check_lost_derivative(shadow)
 
     def _runtime_call(self, ins):
         """Reference counts, frees and bulk memory operations, mirrored on shadows."""

@@ -9,6 +9,7 @@ reverse sweep may still need the memory), and bulk copies.
 from __future__ import annotations
 
 import hashlib
+from functools import cached_property
 
 from numba.core import serialize
 
@@ -139,15 +140,8 @@ class ShadowMemory:
                 and self.act.is_shadowed(ptr)):
             return False
         if ptr.kind == "arg":
-            return shadow_name(ptr.name) not in self._nonnull_params() and \
-                not self._return_slot(ptr)
+            return shadow_name(ptr.name) not in self.nonnull_params
         return ptr.kind != "inst" or not self.shadow_never_null(ptr.name)
-
-    def _return_slot(self, arg) -> bool:
-        """Numba's return slot (parameter 0, ``retptr``): every caller passes a stack
-        slot of its own (the entry, a slot it allocates), whose shadow, when the
-        slot has one, is a slot too: never null."""
-        return arg.name == self.fn.args[0].name and arg.name.startswith("retptr")
 
     def lost_derivative_checks(self) -> list:
         """The stores of this function checked by ``check_lost_derivative``."""
@@ -162,11 +156,9 @@ class ShadowMemory:
             self.e.emit(f"{local(self.lost_flag)} = alloca i1")
             self.e.emit(f"store i1 false, ptr {local(self.lost_flag)}")
 
-    def check_lost_derivative(self, ins, shadow: Value):
-        """After the store ``ins`` (when ``may_lose_derivative``): raise the flag
-        when the shadow it writes through is null."""
-        if not self.may_lose_derivative(ins):
-            return
+    def check_lost_derivative(self, shadow: Value):
+        """After a store that ``may_lose_derivative``: raise the flag when the
+        shadow it writes through is null."""
         e = self.e
         flag = local(self.lost_flag)
         was = e.define("i1", f"load i1, ptr {flag}")
@@ -230,10 +222,10 @@ class ShadowMemory:
         """Whether the shadow pointer ``ptr`` cannot be null: the forward
         sweep's shadow of an instruction (``~s.<name>``) or a value of one the
         reverse sweep got back (``never_null_refs``), when ``shadow_never_null``;
-        or a parameter's shadow every caller passes non-null (``nonnull_shadows``:
-        the root's array data from the entry). Accesses through it need no test,
+        or a parameter's shadow every caller passes non-null (``nonnull_params``).
+        Accesses through it need no test,
         and loops over it can vectorise where the derivative is not inlined."""
-        if ptr.ref in self.never_null_refs or ptr.name in self._nonnull_params():
+        if ptr.ref in self.never_null_refs or ptr.name in self.nonnull_params:
             return True
         return ptr.name.startswith("~s.") and self.shadow_never_null(ptr.name[len("~s."):])
 
@@ -242,7 +234,7 @@ class ShadowMemory:
         shadow of an allocation of this function (enzpy's shadow allocations
         never return null: an arena traps when out of memory, and a failed
         Numba allocation would fault in the zeroing that follows it) or of a
-        parameter in ``nonnull_shadows``, an address into one or its data
+        parameter in ``nonnull_params``, an address into one or its data
         pointer, or a phi or select of such values. Other parameters' shadows
         may be null (the shadow of memory that carries no derivative), and so
         may a pointer loaded from memory."""
@@ -268,12 +260,21 @@ class ShadowMemory:
             sources = ins.operands[1:]
         else:
             return False
-        return all(shadow_name(v.name) in self._nonnull_params() if v.kind == "arg" else
+        return all(shadow_name(v.name) in self.nonnull_params if v.kind == "arg" else
                    v.kind == "inst" and v.name in self.act.shadowed
                    and self._allocation_shadow(v.name, visiting) for v in sources)
 
-    def _nonnull_params(self):
-        return getattr(self.d, "nonnull_shadows", ())
+    @cached_property
+    def nonnull_params(self) -> frozenset:
+        """The shadow names of the parameters whose shadows are never null: those
+        every caller passes non-null (``nonnull_shadows``: the root's array data,
+        from the entry), and Numba's return slot (parameter 0, ``retptr``). Every
+        caller passes a return slot of its own: a stack slot it allocates (the
+        entry's, when the return is differentiated), or its own return slot where
+        LLVM forwarded it; a slot's shadow is a slot too."""
+        first = self.fn.args[0].name if self.fn.args else ""
+        slot = {shadow_name(first)} if first.startswith("retptr") else set()
+        return frozenset(getattr(self.d, "nonnull_shadows", ())) | slot
 
     def _reverse_runtime_call(self, ins, block) -> bool:
         """Reverse of Numba runtime calls and memory intrinsics; False if ``ins`` is none."""
