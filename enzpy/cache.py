@@ -411,9 +411,11 @@ class ModuleBuilder:
         # (a tangent module read back for second order already holds forward
         # mode's helpers: each is defined once)
         helpers = [text for name, text in runtime.items() if name not in existing]
+        # (a global definition, e.g. an exception record, may be in the primal
+        # already: a tangent module read back defines the tangent functions' own)
         decls = [text for name, text in self.declarations.items()
                  if name not in existing and name not in runtime
-                 and f"@{name} = " not in primal]       # (a global it defines)
+                 and not (text.startswith("@") and f"@{name} = " in primal)]
         for d in self.reused.values():
             decls += d.declarations()
         return "\n".join([primal, *helpers, *decls, *self.texts, entry])
