@@ -113,6 +113,7 @@ def jacobian(g, x, *args):
             return _jacobian_by_rows(disp, x, consts, out)
     columns = []
     initial = consts[-1].copy(order="K") if writes_out else None
+    written = None
     for direction in _basis(x):
         if writes_out:
             # each pass from the output's initial values (g may accumulate into
@@ -121,11 +122,12 @@ def jacobian(g, x, *args):
             written = initial.copy()
             autodiff(Forward, disp, Duplicated(x, direction), *consts[:-1],
                      Duplicated(written, dout))
-            consts[-1][...] = written
             columns.append(dout)
         else:
             (tangent,) = autodiff(Forward, disp, Duplicated(x, direction), *consts)
             columns.append(np.asarray(tangent))
+    if written is not None:
+        consts[-1][...] = written
     if not isinstance(x, np.ndarray):
         return columns[0]
     if not columns:                     # an empty x
