@@ -75,9 +75,18 @@ rule("log10", lambda e, x, r: e.recip(e.scale(x, LN10)))
 rule("log1p", lambda e, x, r: e.recip(e.fadd(x, e.const(1.0, x.type))))
 rule("sqrt", lambda e, x, r: e.fdiv(e.const(0.5, x.type), r))
 rule("cbrt", lambda e, x, r: e.fdiv(r, e.scale(x, 3.0)))
+
+
+def _pow_exponent_partial(e, x, y, r):
+    # x**y * log(x), with log(1) at x = 0: 0**y is constant (0) for y > 0, so
+    # the partial is 0 there, not 0 * -inf = nan (JAX and PyTorch agree)
+    base = e.select(e.fcmp("oeq", x, e.zero(x.type)), e.const(1.0, x.type), x)
+    return e.fmul(r, e.log(base))
+
+
 rule("pow",
      lambda e, x, y, r: e.fmul(y, e.pow(x, e.fsub(y, e.const(1.0, y.type)))),
-     lambda e, x, y, r: e.fmul(r, e.log(x)))
+     _pow_exponent_partial)
 rule("powi",
      lambda e, x, n, r: e.fmul(e.cast("sitofp", n, x.type),
                                e.pow(x, e.cast("sitofp", e.define(

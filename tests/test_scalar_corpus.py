@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from enzpy import Active, Const, Reverse, ReverseWithPrimal, autodiff
+from enzpy import Active, Const, Duplicated, Forward, Reverse, ReverseWithPrimal, autodiff
 from helpers import check_reverse
 
 A, K = Active, Const
@@ -335,6 +335,10 @@ case("pow_base", pow_base, [A(0.7)], lambda x: (2 ** x * math.log(2),))
 case("math_pow", math_pow, [A(1.7), A(-0.4)], lambda x, y: (y * x ** (y - 1), x ** y * math.log(x)))
 case("math_pow_3", math_pow_3, [A(-1.2)], lambda x: (3 * x * x,))
 case("pow_f32_int", pow_f32_int, [A(f32(1.25))], lambda x: (3 * x * x,))
+# 0 ** y is 0 for every y > 0: d/dy is 0, not 0 * log(0) = nan
+case("pow_zero_base", pow_xy, [K(0.0), A(0.5)], lambda x, y: (None, 0.0))
+case("math_pow_zero_base", math_pow, [K(0.0), A(2.5)], lambda x, y: (None, 0.0))
+case("pow_zero_base_f32", pow_xy, [K(f32(0.0)), A(f32(1.5))], lambda x, y: (None, 0.0))
 
 
 # =============================================================================
@@ -1126,6 +1130,25 @@ def test_reverse_mode_returns_one_tuple():
     assert isinstance(out, tuple) and len(out) == 1
     (dx, dy), = out
     assert dx == 2.0 and dy is None
+
+
+@njit
+def weighted_powers(x, w):
+    s = 0.0
+    for i in range(w.size):
+        s += w[i] ** x
+    return s
+
+
+def test_zero_base_power_in_forward_mode_and_second_order():
+    """Weights that are 0 contribute nothing to d/dx sum(w ** x), in every mode."""
+    import enzpy
+    x, w = 0.5, np.array([0.0, 0.5, 2.0])
+    live = w[1:]
+    (t,) = autodiff(Forward, weighted_powers, Duplicated(x, 1.0), Const(w))
+    assert t == pytest.approx((live ** x * np.log(live)).sum(), rel=1e-12)
+    h = enzpy.hvp(weighted_powers, x, 1.0, w)
+    assert float(h) == pytest.approx((live ** x * np.log(live) ** 2).sum(), rel=1e-12)
 
 
 def test_float32_primal_and_adjoint():
