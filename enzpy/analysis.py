@@ -528,6 +528,16 @@ class ReadOnlyMemory:
                          for name, fn in module.functions.items()}
         self._propagate_call_sites()
 
+    def trust_only(self, symbol, params):
+        """Of ``symbol``'s parameters from index 2 on, only those in ``params``
+        may be read-only (and so re-read by the reverse sweep), down the call
+        graph too. The entry checks per call that no written argument shares
+        memory with a re-read one; it can do so only for the arrays passed as
+        arguments themselves, not for those inside a tuple, list or object."""
+        self.readonly[symbol] = {r for r in self.readonly[symbol]
+                                 if r[0] != "arg" or r[1] < 2 or r[1] in params}
+        self._propagate_call_sites()
+
     def _never_run(self) -> set:
         """Functions nothing calls and whose address is only stored to memory,
         in a module without indirect calls: they cannot run during the call

@@ -13,7 +13,8 @@ import numpy as np
 from numba.core.registry import cpu_target
 
 from . import arguments, diskcache, fastpath
-from .arguments import check_shadow, rebuild_adjoint, strided_like
+from .arguments import (arrays_in, check_shadow, overlaps_itself, rebuild_adjoint,
+                        strided_like)
 from .cache import STATS
 from .pipeline import build, entries as _entries, fast_paths as _fast_paths
 from .pipeline import reports as _reports, typed_signature
@@ -151,7 +152,8 @@ def _shadow_values(args, positions):
         x, dx = a.val, a.dval
         if type(x) is np.ndarray:
             if type(dx) is not np.ndarray or dx.shape != x.shape or dx.dtype != x.dtype \
-                    or not dx.flags.writeable or np.may_share_memory(x, dx):
+                    or not dx.flags.writeable or np.may_share_memory(x, dx) \
+                    or overlaps_itself(x) or overlaps_itself(dx):
                 check_shadow(i, x, dx)
             if dx.strides != x.strides:
                 copies = (copies or []) + [(dx, len(shadows))]
@@ -334,7 +336,7 @@ def _float_tangents(tangent):
 
 def _check_aliases(entry, values):
     for written, reread in entry.alias_checks:
-        if np.may_share_memory(values[written], values[reread]):
+        if any(np.may_share_memory(a, values[reread]) for a in arrays_in(values[written])):
             raise ValueError(
                 f"arguments {written} and {reread} share memory: the function writes "
                 f"argument {written}, and the derivative reads argument {reread} again "

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, types
+from numba import njit, typed, types
 from numba.core import cgutils
 from numba.experimental.jitclass.base import imp_dtor
 from numba.extending import intrinsic
@@ -170,6 +170,37 @@ def zeros_like(obj):
         return obj
     raise TypeError(f"zeros_like: no shadow for a {type(obj).__name__}")
 
+def arrays_in(obj):
+    """The NumPy arrays ``obj`` is or holds: in tuples, lists, typed lists and
+    dictionaries, and the fields of jitclass objects, at any depth."""
+    if isinstance(obj, np.ndarray):
+        yield obj
+    elif isinstance(obj, (tuple, list, typed.List)):
+        for v in obj:
+            yield from arrays_in(v)
+    elif isinstance(obj, (dict, typed.Dict)):
+        for v in obj.values():
+            yield from arrays_in(v)
+    else:
+        for name in _object_fields(obj) or ():
+            yield from arrays_in(getattr(obj, name))
+
+
+def overlaps_itself(a: np.ndarray) -> bool:
+    """Whether elements of ``a`` may share memory (a ``np.broadcast_to`` view's
+    zero stride, overlapping ``as_strided`` strides): such an array cannot hold
+    one derivative per element. From the smallest stride up, each must step
+    past all that the smaller ones span."""
+    if a.flags.c_contiguous or a.flags.f_contiguous or a.size == 0:
+        return False
+    span = a.itemsize
+    for stride, n in sorted((abs(s), n) for n, s in zip(a.shape, a.strides) if n > 1):
+        if stride < span:
+            return True
+        span += stride * (n - 1)
+    return False
+
+
 def check_shadow(i, x, dx, where=""):
     """``dx`` must be a shadow of ``x``: the same container shape, arrays of
     the same shape and dtype (and, inside containers, strides), objects of the
@@ -187,6 +218,11 @@ def check_shadow(i, x, dx, where=""):
         if dx.dtype != x.dtype:
             raise ValueError(f"{here}: the shadow's dtype {dx.dtype} does not fit the "
                              f"array's dtype {x.dtype}")
+        for what, a in (("array", x), ("shadow", dx)):
+            if overlaps_itself(a):
+                raise ValueError(f"{here}: the {what}'s elements overlap in memory (strides "
+                                 f"{a.strides}, e.g. a np.broadcast_to view), so they cannot "
+                                 f"have a derivative each; pass a copy (np.array(...))")
         if where and dx.strides != x.strides:
             raise ValueError(f"{here}: the shadow's layout (strides {dx.strides}) does not "
                              f"fit the array's layout (strides {x.strides}); make the shadow "

@@ -20,6 +20,8 @@ import weakref
 
 import numpy as np
 
+from .arguments import overlaps_itself
+
 MISS = object()
 # Fast paths kept per (dispatcher, mode): most recent first.
 KEPT_PER_FUNCTION = 4
@@ -43,6 +45,7 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
     the guards do not cover (containers, objects, tuples of floats)."""
     active, const, duplicated = annotations
     names = {"MISS": MISS, "ndarray": np.ndarray, "share": np.may_share_memory,
+             "overlapping": overlaps_itself,
              "unmatched": _unmatched,
              "ref": weakref.ref,
              "call": entry.call, "report": entry.report, "stats": stats,
@@ -93,7 +96,7 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
                 cell = bind([(_dead, _dead)], "apart")
                 lines += [f"    p = {cell}[0]",
                           f"    if p[0]() is not {v} or p[1]() is not {d}:",
-                          f"        if share({v}, {d}): return MISS",
+                          f"        if share({v}, {d}) or overlapping({v}): return MISS",
                           f"        {cell}[0] = ref({v}), ref({d})"]
             elif type(dx) in _SCALAR_TYPES:
                 lines.append(f"    if type({d}) is not {bind(type(dx), 't')}: return MISS")

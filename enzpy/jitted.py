@@ -9,7 +9,7 @@ Python in it. Results have the shapes ``autodiff`` returns in Python.
 from __future__ import annotations
 
 import numpy as np
-from numba import types
+from numba import njit, types
 from numba.core import cgutils
 from numba.core.imputils import lower_constant
 from numba.extending import (lower_builtin, make_attribute_wrapper, models,
@@ -18,6 +18,7 @@ from numba.extending import (lower_builtin, make_attribute_wrapper, models,
 from . import pipeline
 from .api import Active, Const, Duplicated, Mode, autodiff
 from .cache import STATS
+from .errors import UnsupportedError
 
 
 class ModeType(types.Dummy):
@@ -124,6 +125,65 @@ def _check_signature(disp, signature, mode):
                 raise TypeError(f"argument {i}: the shadow {shadow} does not fit {ty}")
 
 
+@njit
+def _extent(a):
+    """The addresses ``a``'s elements span, [low, high)."""
+    low = high = np.intp(a.ctypes.data)     # (uintp + intp would be a float)
+    for k in range(a.ndim):
+        step = (a.shape[k] - 1) * a.strides[k]
+        if step < 0:
+            low += step
+        else:
+            high += step
+    return low, high + a.itemsize
+
+
+@njit
+def _may_share_memory(a, b):
+    """``np.may_share_memory`` (which Numba does not provide): overlapping extents."""
+    if a.size == 0 or b.size == 0:
+        return False
+    a_low, a_high = _extent(a)
+    b_low, b_high = _extent(b)
+    return a_low < b_high and b_low < a_high
+
+
+@njit
+def _overlaps_itself(a):
+    """``arguments.overlaps_itself`` in nopython mode."""
+    if a.flags.c_contiguous or a.flags.f_contiguous or a.size == 0:
+        return False
+    span = a.itemsize
+    done = np.zeros(a.ndim, np.bool_)
+    for _ in range(a.ndim):             # dimensions by increasing stride
+        k = -1
+        for j in range(a.ndim):
+            if not done[j] and a.shape[j] > 1 and \
+                    (k < 0 or abs(a.strides[j]) < abs(a.strides[k])):
+                k = j
+        if k < 0:
+            break
+        done[k] = True
+        if abs(a.strides[k]) < span:
+            return True
+        span += abs(a.strides[k]) * (a.shape[k] - 1)
+    return False
+
+
+def _arrays_in(ty, expr, position) -> list:
+    """Expressions of the arrays a value of type ``ty`` (at ``expr``) holds."""
+    if isinstance(ty, types.Array):
+        return [expr]
+    if isinstance(ty, types.BaseTuple):
+        return [a for k, t in enumerate(ty.types) for a in _arrays_in(t, f"{expr}[{k}]", position)]
+    if isinstance(ty, (types.Number, types.Boolean, types.NoneType)):
+        return []
+    raise UnsupportedError(
+        f"argument {position}: the derivative writes into this {ty} and re-reads an array "
+        f"argument that could share its memory, which only autodiff called from Python can "
+        f"check; pass the arrays as arguments of their own")
+
+
 def _implementation(entry, mode, signature, annotated):
     """The jitted body: checks, the call, the results in autodiff's shapes."""
     n = len(signature)
@@ -137,12 +197,17 @@ def _implementation(entry, mode, signature, annotated):
                 f"the array\\'s shape')",
                 f"    if {values[i]}.strides != args[{i}].dval.strides:",
                 f"        raise ValueError('argument {i}: the shadow\\'s layout (strides) "
-                f"does not fit the array\\'s layout')"]
+                f"does not fit the array\\'s layout')",
+                f"    if overlaps_itself({values[i]}):",
+                f"        raise ValueError('argument {i}: the array\\'s elements overlap in "
+                f"memory (e.g. a np.broadcast_to view), so they cannot have a derivative "
+                f"each')"]
     for written, reread in entry.alias_checks:
-        lines += [f"    if np.shares_memory({values[written]}, {values[reread]}):",
-                  f"        raise ValueError('arguments {written} and {reread} share memory: "
-                  f"the function writes argument {written}, and the derivative reads "
-                  f"argument {reread} again during the reverse sweep')"]
+        for array in _arrays_in(signature[written][1], values[written], written):
+            lines += [f"    if may_share_memory({array}, {values[reread]}):",
+                      f"        raise ValueError('arguments {written} and {reread} share memory: "
+                      f"the function writes argument {written}, and the derivative reads "
+                      f"argument {reread} again during the reverse sweep')"]
     shadows = [f"args[{i}].dval" for i in entry.shadow_positions]
     lines.append(f"    out = call({', '.join(values + shadows)})")
     if mode.reverse:
@@ -157,6 +222,7 @@ def _implementation(entry, mode, signature, annotated):
         tangent = "out[0]" if entry.returns_tangent else "None"
         lines.append(f"    return ({tangent}, out[-2])" if mode.with_primal
                      else f"    return ({tangent},)")
-    namespace = {"call": entry.call, "np": np}
+    namespace = {"call": entry.call, "may_share_memory": _may_share_memory,
+                 "overlaps_itself": _overlaps_itself}
     exec("\n".join(lines), namespace)
     return namespace["impl"]

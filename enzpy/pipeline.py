@@ -393,6 +393,7 @@ class Build:
         with self.stage("reverse"):
             builder = ModuleBuilder(primal.model, primal.lowered, primal.blocks,
                                     **self._sharing())
+            builder.readonly.trust_only(symbol, self._array_params(layouts))
             root = _generate(builder, symbol, activity, name or primal.low.name,
                              self._nonnull_data(layouts, activity))
             entry_name = self._entry_name(symbol)
@@ -408,6 +409,15 @@ class Build:
                 entry_name, root, _return_slot_type(self.ctx, restype), activity[0] == "dup",
                 shadows, arena))
         return builder, entry_name, text
+
+    def _array_params(self, layouts) -> frozenset:
+        """Indices of the root's parameters that belong to array arguments."""
+        found, start = set(), 2
+        for (_, ty, _), lay in zip(self.signature, layouts):
+            if isinstance(ty, types.Array):
+                found.update(range(start, start + len(lay.activity)))
+            start += len(lay.activity)
+        return frozenset(found)
 
     def _nonnull_data(self, layouts, activity) -> frozenset:
         """Indices of the root's parameters receiving the data pointers of
@@ -580,7 +590,9 @@ def _alias_checks(ctx, readonly, symbol, argtypes):
         index += width
     arrays = {pos for pos, ty in enumerate(argtypes) if isinstance(ty, types.Array)}
     written = {owner[i] for kind, i in readonly.written[symbol] if kind == "arg" and i in owner}
-    return [(w, r) for w in sorted(written & arrays) for r in sorted(arrays - written)]
+    # (a written tuple, list or object is checked array by array; only arrays
+    # passed themselves are re-read: ReadOnlyMemory.trust_only)
+    return [(w, r) for w in sorted(written) for r in sorted(arrays - written)]
 
 
 def _return_slot_type(ctx, restype) -> str:

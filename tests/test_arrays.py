@@ -423,6 +423,54 @@ def test_shadow_checked_on_cached_calls_too():
         autodiff(Reverse, sum_of_squares, Duplicated(np.ones(5), np.zeros(4)))
 
 
+@njit
+def _weighted_cubes(x):
+    s = 0.0
+    for i in range(x.size):
+        s += x.flat[i] ** 3 * (i + 1)
+    return s
+
+
+@njit
+def _weighted_cubes_gradient(x, dx):
+    return autodiff(Reverse, _weighted_cubes, Duplicated(x, dx))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.broadcast_to(np.array([0.5]), (3,)),                  # stride 0
+    lambda: np.broadcast_to(np.array([[0.5], [0.25]]), (2, 3)),       # (8, 0)
+    lambda: np.lib.stride_tricks.as_strided(np.arange(1.0, 6.0) / 7, (3, 3), (8, 8)),
+], ids=["broadcast", "broadcast_2d", "overlapping_windows"])
+def test_array_whose_elements_overlap_is_refused(make):
+    """Elements sharing memory cannot have a derivative each (the reverse
+    sweep added every element's into the same place): ValueError, from the
+    first call and from a call that would hit the cache, and inside njit."""
+    x = make()
+    fresh = np.ascontiguousarray(x)
+    dx = np.zeros(x.shape)
+    autodiff(Reverse, _weighted_cubes, Duplicated(fresh, np.zeros(x.shape)))   # cached now
+    for shadow in (dx, np.zeros(x.shape)[..., ::-1]):
+        with pytest.raises(ValueError, match="overlap"):
+            autodiff(Reverse, _weighted_cubes, Duplicated(x, shadow))
+    with pytest.raises(ValueError, match="overlap"):
+        autodiff(Reverse, _weighted_cubes, Duplicated((x,), (dx,)))
+    overlapping_shadow = np.lib.stride_tricks.as_strided(np.zeros(x.size), x.shape,
+                                                         (0,) * x.ndim)
+    with pytest.raises(ValueError, match="overlap"):
+        autodiff(Reverse, _weighted_cubes, Duplicated(fresh, overlapping_shadow))
+    with pytest.raises(ValueError, match="overlap"):
+        _weighted_cubes_gradient(x, np.lib.stride_tricks.as_strided(np.zeros(x.size), x.shape,
+                                                                    x.strides))
+    assert not dx.any()
+
+
+def test_interleaved_views_are_not_overlapping():
+    x = np.arange(1.0, 13.0).reshape(3, 4)[:, ::2] / 13      # strides (32, 16)
+    dx = np.zeros_like(x)
+    autodiff(Reverse, _weighted_cubes, Duplicated(x, dx))
+    np.testing.assert_allclose(dx, 3 * x ** 2 * np.arange(1, 7).reshape(3, 2), rtol=1e-12)
+
+
 def test_errors_leave_shadow_untouched():
     dx = np.full(7, 3.0)
     with pytest.raises(ValueError):

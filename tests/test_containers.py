@@ -6,6 +6,7 @@ reverse mode against central finite differences and in forward mode against
 the finite-difference directional derivative, and leaks nothing.
 """
 import collections
+import math
 
 import numba
 import numpy as np
@@ -412,3 +413,52 @@ def test_derivatives_written_where_no_shadow_is_raise(f, container):
     assert not dx.any()
     with pytest.raises(UnsupportedError, match="no derivative at run time"):
         autodiff(Forward, f, Duplicated(x, np.ones(3)), Const(container()))
+
+
+@njit
+def _square_into_first_then_read_second(t):
+    out, a = t[0], t[1]
+    for i in range(a.size):
+        out[i] = a[i] * a[i]
+    s = 0.0
+    for i in range(a.size):
+        s += math.sin(a[i]) * out[i]
+    return s
+
+
+@njit
+def _square_into_held_then_read(t, a):
+    out = t[0]
+    for i in range(a.size):
+        out[i] = a[i] * a[i]
+    s = 0.0
+    for i in range(a.size):
+        s += math.sin(a[i]) * out[i]
+    return s
+
+
+def _in_place_square_then_weigh(x0):
+    """d/dx of sum(sin(x^2) x^2) after x <- x^2 in place: the gradient of one array."""
+    u = x0 ** 2
+    return (np.cos(u) * u + np.sin(u)) * 2 * x0
+
+
+def test_arrays_aliased_inside_a_tuple():
+    """The same array twice in a tuple, written through one entry and read
+    through the other: the reverse sweep must not re-read the overwritten memory."""
+    x0 = np.array([0.3, 0.7, 1.1])
+    x, d = x0.copy(), np.zeros(3)
+    autodiff(Reverse, _square_into_first_then_read_second, Duplicated((x, x), (d, d)))
+    np.testing.assert_allclose(d, _in_place_square_then_weigh(x0), rtol=1e-12)
+
+
+def test_written_array_in_a_tuple_aliasing_an_argument_is_refused():
+    x0 = np.array([0.3, 0.7, 1.1])
+    x, d = x0.copy(), np.zeros(3)
+    with pytest.raises(ValueError, match="share memory"):
+        autodiff(Reverse, _square_into_held_then_read, Duplicated((x,), (d,)), Duplicated(x, d))
+    assert not d.any() and (x == x0).all()
+    # apart, the same function differentiates
+    y, dy = x0.copy(), np.zeros(3)
+    autodiff(Reverse, _square_into_held_then_read, Duplicated((y,), (dy,)), Duplicated(x, d))
+    np.testing.assert_allclose(d, np.cos(x0) * x0 ** 2 + np.sin(x0) * 2 * x0, rtol=1e-12)

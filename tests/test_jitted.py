@@ -162,6 +162,55 @@ def test_shadow_shape_mismatch_raises_inside_njit():
         bad(np.zeros(2), np.zeros(3))
 
 
+@njit
+def _squares_into(out, a):
+    s = 0.0
+    for i in range(a.size):
+        out[i] = a[i] * a[i]
+        s += math.sin(a[i]) * out[i]
+    return s
+
+
+@njit
+def _counts_into_held(t, a):
+    out = t[0]
+    s = 0.0
+    for i in range(a.size):
+        out[i] = i + 1.0
+        s += math.sin(a[i]) * out[i]
+    return s
+
+
+@njit
+def _squares_gradient(out, dout, x, dx):
+    return autodiff(Reverse, _squares_into, Duplicated(out, dout), Duplicated(x, dx))
+
+
+@njit
+def _counts_gradient(buf, x, dx):
+    return autodiff(Reverse, _counts_into_held, Const((buf,)), Duplicated(x, dx))
+
+
+def test_written_argument_sharing_memory_raises_inside_njit():
+    """The function writes one argument and its reverse re-reads another: the
+    two must not overlap, as autodiff checks from Python (arrays inside a
+    tuple too)."""
+    x0 = np.array([0.3, 0.7, 1.1])
+    x, dx = x0.copy(), np.zeros(3)
+    _squares_gradient(np.zeros(3), np.zeros(3), x, dx)
+    np.testing.assert_allclose(dx, 2 * x0 * np.sin(x0) + np.cos(x0) * x0 ** 2, rtol=1e-12)
+    dx[:] = 0.0
+    with pytest.raises(ValueError, match="share memory"):
+        _squares_gradient(x, np.zeros(3), x, dx)
+    with pytest.raises(ValueError, match="share memory"):
+        _squares_gradient(x[::-1], np.zeros(3)[::-1], x, dx)
+    assert not dx.any() and (x == x0).all()
+    _counts_gradient(np.zeros(3), x, dx)
+    np.testing.assert_allclose(dx, np.cos(x0) * np.arange(1, 4), rtol=1e-12)
+    with pytest.raises(ValueError, match="share memory"):
+        _counts_gradient(x, x, dx)
+
+
 def test_active_on_array_is_refused_when_compiling():
     @njit
     def bad(w):
