@@ -86,11 +86,14 @@ class IntPowerRule(FunctionRule):
     @staticmethod
     def _derivative(a, n, ty):
         sfx = "f64" if ty == "double" else "f32"
-        return f"""  %nf = sitofp {n.type} {n.ref} to {ty}
+        # (0 for n = 0, with a finite value in the unchosen operand: a second
+        # derivative multiplies that operand's partials by 0)
+        return f"""  %n_is_zero = icmp eq {n.type} {n.ref}, 0
+  %nf.any = sitofp {n.type} {n.ref} to {ty}
+  %nf = select i1 %n_is_zero, {ty} 1.0, {ty} %nf.any
   %nm1 = fsub {ty} %nf, 1.0
   %p = call {ty} @llvm.pow.{sfx}({ty} {a.ref}, {ty} %nm1)
   %d = fmul {ty} %nf, %p
-  %n_is_zero = icmp eq {n.type} {n.ref}, 0
   %d0 = select i1 %n_is_zero, {ty} 0.0, {ty} %d
 """
 

@@ -84,14 +84,20 @@ def _pow_exponent_partial(e, x, y, r):
     return e.fmul(r, e.log(base))
 
 
-rule("pow",
-     lambda e, x, y, r: e.fmul(y, e.pow(x, e.fsub(y, e.const(1.0, y.type)))),
-     _pow_exponent_partial)
-rule("powi",
-     lambda e, x, n, r: e.fmul(e.cast("sitofp", n, x.type),
-                               e.pow(x, e.cast("sitofp", e.define(
-                                   n.type, f"sub {n.type} {n.ref}, 1"), x.type))),
-     None)
+def _power_partial(e, x, y):
+    # y * x**(y - 1), but 0 at x = y = 0 (x**0 is 1 everywhere), not 0 * 0**-1 = nan, so
+    # that the second derivative of x**1 at 0 is 0 too. The exponent is 1 there as well:
+    # a second derivative multiplies the unchosen value's own partials by 0, which must
+    # be finite.
+    zero = e.zero(y.type)
+    origin = e.binop("and", e.fcmp("oeq", x, zero), e.fcmp("oeq", y, zero))
+    y = e.select(origin, e.const(1.0, y.type), y)
+    partial = e.fmul(y, e.pow(x, e.fsub(y, e.const(1.0, y.type))))
+    return e.select(origin, zero, partial)
+
+
+rule("pow", lambda e, x, y, r: _power_partial(e, x, y), _pow_exponent_partial)
+rule("powi", lambda e, x, n, r: _power_partial(e, x, e.cast("sitofp", n, x.type)), None)
 rule("hypot", lambda e, x, y, r: e.fdiv(x, r), lambda e, x, y, r: e.fdiv(y, r))
 rule("erf", lambda e, x, r: e.scale(e.exp(e.fneg(e.square(x))), TWO_OVER_SQRT_PI))
 rule("erfc", lambda e, x, r: e.scale(e.exp(e.fneg(e.square(x))), -TWO_OVER_SQRT_PI))

@@ -1151,6 +1151,37 @@ def test_zero_base_power_in_forward_mode_and_second_order():
     assert float(h) == pytest.approx((live ** x * np.log(live) ** 2).sum(), rel=1e-12)
 
 
+@njit
+def poly_float_exponents(x, c):
+    s = 0.0
+    for k in range(c.size):
+        s += c[k] * x ** float(k)
+    return s
+
+
+@njit
+def poly_int_exponents(x, c):
+    s = 0.0
+    for k in range(c.size):
+        s += c[k] * x ** k
+    return s
+
+
+@pytest.mark.parametrize("p", [poly_float_exponents, poly_int_exponents])
+@pytest.mark.parametrize("x", [0.0, 0.5])
+def test_polynomial_derivatives_at_zero(p, x):
+    """x ** 0 is 1 everywhere and x ** 1 is x: at x = 0 their derivatives are
+    0 and 1 and their second derivatives 0, not nan from 0 * 0 ** -1."""
+    import enzpy
+    c = np.array([1.0, 2.0, 3.0, 4.0])
+    d1 = 2 + 6 * x + 12 * x ** 2
+    d2 = 6 + 24 * x
+    (g, _), = autodiff(Reverse, p, Active(x), Const(c))
+    (t,) = autodiff(Forward, p, Duplicated(x, 1.0), Const(c))
+    assert g == pytest.approx(d1, rel=1e-12) and t == pytest.approx(d1, rel=1e-12)
+    assert float(enzpy.hvp(p, x, 1.0, c)) == pytest.approx(d2, rel=1e-12)
+
+
 def test_float32_primal_and_adjoint():
     (dx,), y = autodiff(ReverseWithPrimal, f32_poly, Active(f32(0.75)))
     assert y == float(f32_poly(f32(0.75)))
