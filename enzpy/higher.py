@@ -107,27 +107,40 @@ def jacobian(g, x, *args):
     if not writes_out and not isinstance(restype, (types.Float, types.Array)):
         raise TypeError(f"jacobian: '{name}' returns {restype}; it needs a function "
                         f"returning a float or a float array, or writing an output array")
+    # Every call runs on copies of the arguments' initial values (g may update
+    # x, or accumulate into its output, in place); the caller's arrays end as
+    # after one call of g.
+    values = (x, *consts)
+    initial = [v.copy(order="K") if isinstance(v, np.ndarray) else v for v in values]
+
+    def fresh():
+        return [v.copy(order="K") if isinstance(v, np.ndarray) else v for v in initial]
+
+    def keep(last):
+        for mine, theirs in zip(last, values):
+            if isinstance(theirs, np.ndarray):
+                theirs[...] = mine
+
+    last = ()
     if not writes_out:
-        out = disp(x.copy() if isinstance(x, np.ndarray) else x, *consts)
+        last = fresh()
+        out = disp(*last)
         if np.size(out) < np.size(x):
-            return _jacobian_by_rows(disp, x, consts, out)
+            keep(last)
+            return _jacobian_by_rows(disp, initial[0], initial[1:], out)
     columns = []
-    initial = consts[-1].copy(order="K") if writes_out else None
-    written = None
     for direction in _basis(x):
+        last = fresh()
+        x_pass, *consts_pass = last
         if writes_out:
-            # each pass from the output's initial values (g may accumulate into
-            # it); the caller's array ends as after one call of g
-            dout = np.zeros_like(initial)
-            written = initial.copy()
-            autodiff(Forward, disp, Duplicated(x, direction), *consts[:-1],
-                     Duplicated(written, dout))
+            dout = np.zeros_like(consts_pass[-1])
+            autodiff(Forward, disp, Duplicated(x_pass, direction), *consts_pass[:-1],
+                     Duplicated(consts_pass[-1], dout))
             columns.append(dout)
         else:
-            (tangent,) = autodiff(Forward, disp, Duplicated(x, direction), *consts)
+            (tangent,) = autodiff(Forward, disp, Duplicated(x_pass, direction), *consts_pass)
             columns.append(np.asarray(tangent))
-    if written is not None:
-        consts[-1][...] = written
+    keep(last)
     if not isinstance(x, np.ndarray):
         return columns[0]
     if not columns:                     # an empty x

@@ -692,6 +692,40 @@ def test_jacobian_of_a_function_accumulating_into_its_output():
     assert_close(out, 1.0 + x ** 2, rtol=1e-15)
 
 
+@njit
+def _update_in_place(x):
+    x[:] = np.sin(x) * x
+    return x * 2.0
+
+
+@njit
+def _double_in_place_then_cube(x):
+    x *= 2.0
+    return np.array([(x ** 3).sum()])
+
+
+@njit
+def _double_in_place_into(x, out):
+    x *= 2.0
+    out[:] = x * 2.0
+
+
+@pytest.mark.parametrize("g, args, want", [
+    (_update_in_place, (), lambda x: np.diag(2 * (np.cos(x) * x + np.sin(x)))),
+    (_double_in_place_then_cube, (), lambda x: (24 * x ** 2)[None, :]),      # by rows
+    (_double_in_place_into, (np.zeros(3),), lambda x: 4.0 * np.eye(3)),
+], ids=["forward", "reverse", "output_argument"])
+def test_jacobian_of_a_function_updating_its_input_in_place(g, args, want):
+    """Every pass starts from x's initial values (not from what the previous
+    pass left), and x ends as after one call of g."""
+    x0 = np.array([0.3, 0.7, 1.1])
+    x = x0.copy()
+    once = x0.copy()
+    g(once, *[a.copy() for a in args])
+    assert_close(jacobian(g, x, *args), want(x0), rtol=1e-14)
+    assert_close(x, once, rtol=1e-15)
+
+
 def test_jacobian_consistent_with_hessian():
     """The Jacobian of the gradient (written to an output) is the Hessian."""
     @njit
