@@ -13,8 +13,8 @@ import numpy as np
 from numba.core.registry import cpu_target
 
 from . import arguments, diskcache, fastpath
-from .arguments import (arrays_in, check_shadow, overlaps_itself, rebuild_adjoint,
-                        strided_like)
+from .arguments import (arrays_in, check_shadow, conflicting_shadows, overlaps_itself,
+                        rebuild_adjoint, share_memory, strided_like)
 from .cache import STATS
 from .pipeline import build, entries as _entries, fast_paths as _fast_paths
 from .pipeline import reports as _reports, typed_signature
@@ -119,7 +119,7 @@ def _check_args(disp, annotated, mode):
             if isinstance(a.val, np.ndarray) and a.val.dtype.fields is None and \
                     a.val.dtype not in (np.float32, np.float64):
                 raise TypeError(f"argument {i}: Duplicated expects a float32 or float64 array, "
-                                f"got dtype {a.val.dtype}; pass integer arrays as Const")
+                                f"got dtype {a.val.dtype}; {_dtype_advice(a.val.dtype)}")
             if isinstance(a.val, np.ndarray) and not isinstance(a.dval, np.ndarray):
                 raise TypeError(f"argument {i}: the shadow of a Duplicated array must be a "
                                 f"numpy array, got {type(a.dval).__name__}")
@@ -130,6 +130,16 @@ def _check_args(disp, annotated, mode):
         except TypeError as exc:
             raise TypeError(f"argument {i}: {exc}") from None
     _check_shadows(annotated)
+
+
+def _dtype_advice(dtype) -> str:
+    if dtype.kind in "biu":
+        return "pass integer and boolean arrays as Const"
+    if dtype.kind == "f" and dtype.itemsize in (4, 8):        # another byte order
+        return f"convert it with x.astype(np.{dtype.newbyteorder('=').name})"
+    if dtype.kind == "c":
+        return "complex arrays are not differentiated: pass the real and imaginary parts"
+    return "convert it with x.astype(np.float64)"
 
 
 def _check_shadows(args):
@@ -152,7 +162,7 @@ def _shadow_values(args, positions):
         x, dx = a.val, a.dval
         if type(x) is np.ndarray:
             if type(dx) is not np.ndarray or dx.shape != x.shape or dx.dtype != x.dtype \
-                    or not dx.flags.writeable or np.may_share_memory(x, dx) \
+                    or not dx.flags.writeable or share_memory(x, dx) \
                     or overlaps_itself(x) or overlaps_itself(dx):
                 check_shadow(i, x, dx)
             if dx.strides != x.strides:
@@ -160,12 +170,22 @@ def _shadow_values(args, positions):
         elif not _is_float_scalar(x):
             check_shadow(i, x, dx)
         shadows.append(dx)
+    _check_shadows_apart([(i, args[i].val, args[i].dval) for i in positions
+                          if type(args[i].val) is np.ndarray])
     for k, (dx, slot) in enumerate(copies or ()):
         stand_in = strided_like(args[positions[slot]].val)
         stand_in[...] = dx
         shadows[slot] = stand_in
         copies[k] = (dx, stand_in)
     return shadows, copies
+
+
+def _check_shadows_apart(pairs):
+    conflict = conflicting_shadows(pairs) if len(pairs) > 1 else None
+    if conflict is not None:
+        raise ValueError(f"arguments {conflict[0]} and {conflict[1]}: the shadows share "
+                         f"memory but the arrays do not share it alike, so derivatives of "
+                         f"distinct elements would mix; pass distinct shadows")
 
 
 def _is_float_scalar(x) -> bool:
@@ -336,7 +356,7 @@ def _float_tangents(tangent):
 
 def _check_aliases(entry, values):
     for written, reread in entry.alias_checks:
-        if any(np.may_share_memory(a, values[reread]) for a in arrays_in(values[written])):
+        if any(share_memory(a, values[reread]) for a in arrays_in(values[written])):
             raise ValueError(
                 f"arguments {written} and {reread} share memory: the function writes "
                 f"argument {written}, and the derivative reads argument {reread} again "

@@ -186,6 +186,35 @@ def arrays_in(obj):
             yield from arrays_in(getattr(obj, name))
 
 
+_TooHardError = getattr(np, "exceptions", np).TooHardError
+
+
+def share_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` have an element in common: exactly for the usual
+    views (interleaved ones such as ``x[0::2]`` and ``x[1::2]`` share none),
+    and whenever their address ranges overlap where that takes too long."""
+    if not np.may_share_memory(a, b):
+        return False
+    try:
+        return np.shares_memory(a, b, max_work=10_000)
+    except _TooHardError:
+        return True
+
+
+def conflicting_shadows(pairs):
+    """Positions (i, j) of two arrays, among (position, array, shadow)
+    ``pairs``, whose shadows share memory in a way their arrays do not (so
+    derivatives of distinct elements would mix), or None. Shadows may share
+    memory as their arrays do (the same array passed twice with its shadow)."""
+    for k, (i, x, dx) in enumerate(pairs):
+        for j, y, dy in pairs[k + 1:]:
+            if share_memory(dx, dy) and not (
+                    dx.strides == x.strides and dy.strides == y.strides and
+                    dx.ctypes.data - dy.ctypes.data == x.ctypes.data - y.ctypes.data):
+                return i, j
+    return None
+
+
 def overlaps_itself(a: np.ndarray) -> bool:
     """Whether elements of ``a`` may share memory (a ``np.broadcast_to`` view's
     zero stride, overlapping ``as_strided`` strides): such an array cannot hold
@@ -229,7 +258,7 @@ def check_shadow(i, x, dx, where=""):
                              f"with enzpy.zeros_like")
         if not dx.flags.writeable:
             raise ValueError(f"{here}: the shadow is read-only; it must be writeable")
-        if np.may_share_memory(x, dx):
+        if share_memory(x, dx):
             raise ValueError(f"{here}: the shadow shares memory with the array")
         return
     if isinstance(x, (tuple, list)):

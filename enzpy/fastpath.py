@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-from .arguments import overlaps_itself
+from .arguments import conflicting_shadows, overlaps_itself, share_memory
 
 MISS = object()
 # Fast paths kept per (dispatcher, mode): most recent first.
@@ -44,8 +44,8 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
     shaped like ``args`` (a tuple), or ``MISS``; None when ``args`` holds a kind
     the guards do not cover (containers, objects, tuples of floats)."""
     active, const, duplicated = annotations
-    names = {"MISS": MISS, "ndarray": np.ndarray, "share": np.may_share_memory,
-             "overlapping": overlaps_itself,
+    names = {"MISS": MISS, "ndarray": np.ndarray, "share": share_memory,
+             "overlapping": overlaps_itself, "conflicting": conflicting_shadows,
              "unmatched": _unmatched,
              "ref": weakref.ref,
              "call": entry.call, "report": entry.report, "stats": stats,
@@ -105,6 +105,18 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
             shadows.append(d)
     if entry.shadow_positions != [i for i, a in enumerate(args) if type(a) is duplicated]:
         return None
+    arrays = [i for i, a in enumerate(args) if type(a) is duplicated and type(a.val) is np.ndarray]
+    if len(arrays) > 1:
+        # shadows apart, or sharing memory as their arrays do: checked again
+        # only when an array or shadow is another object
+        cell = bind([(_dead,) * (2 * len(arrays))], "shadows_apart")
+        objects = [name for i in arrays for name in (f"v{i}", f"d{i}")]
+        same = " or ".join(f"p[{k}]() is not {name}" for k, name in enumerate(objects))
+        pairs = ", ".join(f"({i}, v{i}, d{i})" for i in arrays)
+        lines += [f"    p = {cell}[0]",
+                  f"    if {same}:",
+                  f"        if conflicting([{pairs}]): return MISS",
+                  f"        {cell}[0] = ({''.join(f'ref({name}), ' for name in objects)})"]
     if entry.alias_checks:
         # As for a shadow: arrays found apart need not be compared again while
         # they are the same objects (the arguments of the last call that passed).

@@ -471,6 +471,52 @@ def test_interleaved_views_are_not_overlapping():
     np.testing.assert_allclose(dx, 3 * x ** 2 * np.arange(1, 7).reshape(3, 2), rtol=1e-12)
 
 
+@njit
+def _weighted_pair(a, b):
+    s = 0.0
+    for i in range(a.size):
+        s += a[i] * a[i] * (i + 1) + 3.0 * b[i]
+    return s
+
+
+def test_shadows_of_two_arguments_may_not_mix():
+    """Shadows sharing memory the way their arrays do are fine (the same
+    array twice, shifted views of one buffer); otherwise ValueError, on cached
+    calls too, before anything is written."""
+    x, y = np.arange(1.0, 4.0), np.arange(4.0, 7.0)
+    autodiff(Reverse, _weighted_pair, Duplicated(x, np.zeros(3)), Duplicated(y, np.zeros(3)))
+    d = np.zeros(4)
+    with pytest.raises(ValueError, match="shadows share memory"):
+        autodiff(Reverse, _weighted_pair, Duplicated(x, d[:3]), Duplicated(y, d[1:]))
+    with pytest.raises(ValueError, match="shadows share memory"):
+        autodiff(Reverse, _weighted_pair, Duplicated(x, d[:3]), Duplicated(y, d[:3]))
+    assert not d.any()
+    z, dz = np.arange(1.0, 4.0), np.zeros(3)
+    autodiff(Reverse, _weighted_pair, Duplicated(z, dz), Duplicated(z, dz))
+    np.testing.assert_allclose(dz, 2 * z * np.arange(1, 4) + 3)
+    w, dw = np.arange(1.0, 5.0), np.zeros(4)
+    autodiff(Reverse, _weighted_pair, Duplicated(w[:3], dw[:3]), Duplicated(w[1:], dw[1:]))
+    np.testing.assert_allclose(dw, [2.0, 11.0, 21.0, 3.0])
+
+
+@njit
+def _accumulate_squares_of(a, b):
+    for i in range(a.size):
+        b[i] = b[i] + a[i] * a[i]
+    return (np.sin(a) * b).sum()
+
+
+def test_interleaved_views_of_one_buffer_are_apart():
+    """x[0::2] and x[1::2] span the same addresses but share no element."""
+    x, d = np.array([0.3, 0.7, 1.1, 0.5, 0.9, 1.3]), np.zeros(6)
+    a, b = x[0::2].copy(), x[1::2].copy()
+    autodiff(Reverse, _accumulate_squares_of, Duplicated(x[0::2], d[0::2]),
+             Duplicated(x[1::2], d[1::2]))
+    u = b + a * a
+    np.testing.assert_allclose(d[0::2], np.cos(a) * u + np.sin(a) * 2 * a, rtol=1e-12)
+    np.testing.assert_allclose(d[1::2], np.sin(a), rtol=1e-12)
+
+
 def test_errors_leave_shadow_untouched():
     dx = np.full(7, 3.0)
     with pytest.raises(ValueError):
@@ -486,8 +532,17 @@ def test_active_on_array_is_type_error():
 def test_duplicated_on_int_is_type_error():
     with pytest.raises(TypeError, match="Duplicated"):
         autodiff(Reverse, sum_of_squares, Duplicated(3, 0))
-    with pytest.raises(TypeError, match="float32 or float64"):
+    with pytest.raises(TypeError, match="float32 or float64.*integer and boolean arrays as Const"):
         autodiff(Reverse, sum_of_squares, Duplicated(np.arange(3), np.zeros(3, np.int64)))
+
+
+@pytest.mark.parametrize("dtype, advice", [
+    (">f8", r"astype\(np.float64\)"), (">f4", r"astype\(np.float32\)"),
+    ("f2", r"astype\(np.float64\)"), ("c16", "real and imaginary parts")])
+def test_duplicated_array_of_another_float_dtype_gets_fitting_advice(dtype, advice):
+    x = np.ones(3, dtype)
+    with pytest.raises(TypeError, match=advice):
+        autodiff(Reverse, sum_of_squares, Duplicated(x, np.zeros(3, dtype)))
 
 
 @njit
