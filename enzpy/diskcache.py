@@ -267,12 +267,13 @@ def register(key, index, library, address) -> Machine:
     return loaded[key]
 
 
-def find(fp, codegen):
-    """(Machine, 'reused' or 'loaded') for the fingerprint, or (None, '')."""
+def find(fp, codegen, accept=lambda index: True):
+    """(Machine, 'reused' or 'loaded') for the fingerprint, or (None, ''): only
+    an entry whose index ``accept`` takes."""
     machine = loaded.get(fp.key)
     if machine is not None:
-        return machine, "reused"
-    machine = _load(fp.key, codegen)
+        return (machine, "reused") if accept(machine.index) else (None, "")
+    machine = _load(fp.key, codegen, accept=accept)
     if machine is None:
         return None, ""
     engine = machine.library.codegen._engine
@@ -306,13 +307,15 @@ def _object_digest(payload) -> str:
 _PARALLEL_RUNTIME = (b"numba_parallel_for", b"allocate_sched", b"do_scheduling")
 
 
-def _load(key, codegen, depth=0):
+def _load(key, codegen, depth=0, accept=lambda index: True):
     """The Machine of a saved derivative, loaded after the saved derivatives
     it calls; None if any is missing, stale or unloadable."""
     stored = read(key)
     if stored is None or depth > 50:
         return None
     index, payload = stored
+    if not accept(index):
+        return None
     if not fingerprint.files_unchanged(index["files"]) or \
             _object_digest(payload) != index["object_digest"]:
         return None

@@ -96,6 +96,8 @@ class Fingerprint:
         # key): a derivative holding a dispatcher's address is relocated by it
         self.dispatchers: list = []
         self._dispatcher_ids: set = set()
+        self._module_names: dict = {}     # id(module) -> the attribute names hashed
+        self.compiled_ufuncs = False      # the code calls ufuncs Numba compiled already
 
     @property
     def key(self) -> str:
@@ -181,6 +183,13 @@ class Fingerprint:
                 self.value(item, names, label)
         elif isinstance(v, Dispatcher):
             self.dispatcher(v)
+        elif callable(getattr(getattr(v, "_dispatcher", None), "py_func", None)):
+            # @vectorize, @guvectorize: compiled loops may predate today's values
+            loops = list(getattr(v, "types", ()))
+            self.compiled_ufuncs |= bool(loops)
+            self.add("ufunc", type(v).__qualname__, loops,
+                     sorted(map(repr, v._dispatcher.targetoptions.items())))
+            self.function(v._dispatcher.py_func)
         elif isinstance(v, pytypes.FunctionType):
             self.function(v)
         elif isinstance(v, pytypes.ModuleType):
@@ -213,17 +222,24 @@ class Fingerprint:
         self.function(disp.py_func)
 
     def _module(self, module, names):
-        """A module's attributes the code names (``np.pi``, ``mymodel.helper``)."""
+        """A module's attributes the code names (``np.pi``, ``mymodel.helper``):
+        each the first time any code names it (code met later may name others)."""
         self.add("module", module.__name__)
-        if not self._once(module):
-            return
-        for name in sorted(names):
+        hashed = self._module_names.setdefault(id(module), set())
+        for name in sorted(set(names) - hashed):
+            hashed.add(name)
             if hasattr(module, name):
                 self.add("attribute", name)
                 self.value(getattr(module, name), names, f"{module.__name__}.{name}")
 
     def _class(self, cls):
         self.add("class", getattr(cls, "__module__", ""), cls.__qualname__)
+        if not _named_in_library(cls):
+            if issubclass(cls, enum.Enum):
+                self.add("members", [(m.name, m.value) for m in cls])   # Numba freezes them
+            if issubclass(cls, tuple) and hasattr(cls, "_fields"):     # a named tuple
+                self.add("fields", cls._fields)
+                self.value(tuple(getattr(cls, "_field_defaults", {}).items()))
         class_type = getattr(cls, "class_type", None)
         if isinstance(class_type, types.ClassType):    # a jitclass
             self.jitclass(class_type)
@@ -278,6 +294,25 @@ def environment() -> tuple:
     return (FORMAT, _enzpy_source_digest(), numba.__version__, llvmlite.__version__,
             np.__version__, sys.version, cpu_target.target_context.codegen().magic_tuple(),
             repr(numba.config.OPT), numba.config.BOUNDSCHECK)
+
+
+# What differs between processes in Numba's IR of the same code: the counters
+# in its mangled names ("B2v13") and the addresses of its dynamic globals.
+_PROCESS_BOUND = re.compile(r"B\d+v\d+|numba\.dynamic\.globals\.[0-9a-f]+|"
+                            r"inttoptr \(i64 \d+ to ptr\)")
+
+
+def primal_digest(module_text: str) -> str:
+    """A hash of Numba's linked IR of a function and its callees, the same in
+    every process compiling the same code with the same frozen values."""
+    return hashlib.sha256(_PROCESS_BOUND.sub("", module_text).encode()).hexdigest()
+
+
+def program_key(disp) -> str:
+    """The fingerprint of ``disp``'s code and the values it reads, alone."""
+    fp = Fingerprint()
+    fp.dispatcher(disp)
+    return fp.key
 
 
 def derivative_key(disp, signature, mode, rules) -> Fingerprint:

@@ -372,7 +372,16 @@ def demangle(symbol: str) -> str:
 def lower(dispatcher, argtypes) -> Lowered:
     argtypes = tuple(argtypes)
     if argtypes not in dispatcher.overloads:
-        dispatcher.compile(argtypes)
+        try:
+            dispatcher.compile(argtypes)
+        except numba.core.errors.ForceLiteralArg as exc:
+            names = list(dispatcher.py_func.__code__.co_varnames)
+            asked = ", ".join(names[i] if i < len(names) else str(i)
+                              for i in sorted(exc.requested_args))
+            raise UnsupportedError(
+                f"{dispatcher.py_func.__qualname__}: numba.literally (or an overload asking "
+                f"for literal arguments) on {asked}: enzpy differentiates the code compiled "
+                f"for the arguments' types, not for their values") from None
     return Lowered(dispatcher, argtypes)
 
 

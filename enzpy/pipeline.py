@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import numba
@@ -95,7 +96,8 @@ class _Stage:
         self.t = time.perf_counter()
 
     def __exit__(self, kind, exc, tb):
-        self.report.timings[self.name] = time.perf_counter() - self.t
+        timings = self.report.timings
+        timings[self.name] = timings.get(self.name, 0.0) + time.perf_counter() - self.t
         if self.paused_gc:
             gc.enable()
         if exc is None or self.user_code or isinstance(exc, (UnsupportedError, InternalError,
@@ -160,7 +162,8 @@ class Build:
     def __init__(self, disp, signature, mode, key, by_address=False):
         self.disp, self.signature, self.mode, self.key = disp, signature, mode, key
         self.by_address = by_address
-        self.fingerprint = self.machine = None
+        self.fingerprint = self.machine = self.captured = self.digest = None
+        self.compiled_before = False
         self.ctx = cpu_target.target_context
         self.argtypes = tuple(ty for _, ty, _ in signature)
         label = f"hvp{self.argtypes}" if mode == "hvp" else str(self.argtypes)
@@ -188,7 +191,10 @@ class Build:
             return entry
 
     # -- stages ------------------------------------------------------------------
-    def lower(self):
+    def capture(self):
+        """Numba's IR of the function and of all it calls, linked (once per build)."""
+        if self.captured is not None:
+            return self.captured
         # a function with a custom rule is differentiated through a call of it
         disp = userrules.trampoline(self.disp) if userrules.has_rule(self.disp) else self.disp
         with self.stage("numba_compile", user_code=True), frontend.numba_timings() as split:
@@ -198,6 +204,14 @@ class Build:
         self.report.numba = split
         with self.stage("capture"):
             module, blocks = frontend.link_module(low, lowered, self.mode)
+        self.captured = low, lowered, module, blocks
+        return self.captured
+
+    def lower(self):
+        low, lowered, module, blocks = self.capture()
+        self.captured = None                 # (cleanup changes the module)
+        if self.fingerprint is not None and self.digest is None:
+            self.digest = fingerprint.primal_digest(str(module))
         with self.stage("cleanup"):
             frontend.mark_small_helpers(module, lambda name: name == low.symbol or
                                         custom.covered(name) or _user_code(lowered.get(name)),
@@ -299,13 +313,30 @@ class Build:
             except fingerprint.NotCacheable as exc:
                 self.report.cache = f"not cached: {exc}"
                 return None
+            compiled = self.compiled_before = self.fingerprint.compiled_ufuncs or \
+                _compiled_before(self.fingerprint.dispatchers)
+        if compiled:
+            # Numba compiled some of this code already, freezing the values its
+            # globals had then, which the walk (today's values) does not see: an
+            # entry is used only if built from the same compiled code, and one
+            # built from code compiled before the call has a key covering it
+            self.digest = fingerprint.primal_digest(str(self.capture()[2]))
+        with self.stage("cache_lookup"):
             if self.fingerprint.key in diskcache.unloadable:
                 # its names may be half defined in this process: build it unnamed
                 self.fingerprint = None
                 self.report.cache = "not cached: its cache entry did not load"
                 return None
-            self.machine, self.report.cache = diskcache.find(self.fingerprint,
-                                                             self.ctx.codegen())
+            codegen = self.ctx.codegen()
+            if not compiled:
+                self.machine, self.report.cache = diskcache.find(self.fingerprint, codegen)
+            else:
+                self.machine, self.report.cache = diskcache.find(
+                    self.fingerprint, codegen,
+                    accept=lambda index: index.get("primal_digest") == self.digest)
+                if self.machine is None:
+                    self.fingerprint.add("compiled", self.digest)
+                    self.machine, self.report.cache = diskcache.find(self.fingerprint, codegen)
         if self.machine is None:
             self.report.cache = ""
             return None
@@ -341,7 +372,7 @@ class Build:
     def _register(self):
         """A build under a fingerprint: its machine code is this key's in this process."""
         index = {"entry_name": self.entry_name, "restype": self.restype,
-                 "alias_checks": self.alias_checks,
+                 "alias_checks": self.alias_checks, "primal_digest": self.digest,
                  "report": {"primal_instructions": self.report.primal_instructions,
                             "derivative_functions": self.report.derivative_functions,
                             "module_bytes": self.report.module_bytes}}
@@ -353,6 +384,8 @@ class Build:
         on this process: dynamic addresses, Numba environments)."""
         if self.fingerprint is None:
             return
+        if not self.compiled_before:
+            _vouch(self.fingerprint.dispatchers)
         key, index = self.fingerprint.key, self.machine.index
         with self.stage("cache_store"):
             if self.process_bound:
@@ -577,6 +610,32 @@ def _generate(builder, symbol, activity, name, nonnull=frozenset()):
         if f"'{name}'" in str(exc):
             raise
         raise UnsupportedError(f"differentiating '{name}': {exc}") from None
+
+
+# id(dispatcher) -> (weak reference, number of compiled overloads, program key): all
+# its overloads were compiled while its code read the values the key covers
+_vouched: dict = {}
+
+
+def _compiled_before(dispatchers) -> bool:
+    """Whether Numba may have compiled any of ``dispatchers`` with values of its
+    globals other than today's: it has overloads, not all compiled by a build
+    of enzpy while the values were those it reads now (``_vouch``)."""
+    for d in dispatchers:
+        if d.overloads:
+            known = _vouched.get(id(d))
+            if known is None or known[0]() is not d or known[1] != len(d.overloads) or \
+                    known[2] != fingerprint.program_key(d):
+                return True
+    return False
+
+
+def _vouch(dispatchers):
+    """After a build under a key read while none of ``dispatchers`` had
+    overloads but those vouched for: all were compiled with the values the key
+    read."""
+    for d in dispatchers:
+        _vouched[id(d)] = (weakref.ref(d), len(d.overloads), fingerprint.program_key(d))
 
 
 def _alias_checks(ctx, readonly, symbol, argtypes):

@@ -646,3 +646,123 @@ def test_a_parallel_loop_loads_in_a_process_that_ran_no_parallel_code(tmp_path):
         np.testing.assert_allclose(result["dx"], 3 * x ** 2 + 1, rtol=1e-12)
         assert result["t"] == pytest.approx(float(np.sum(3 * x ** 2 + 1)), rel=1e-12)
         assert result["info"] == info
+
+
+STALE_RUN = '''
+import enum, json, sys
+sys.path.insert(0, sys.argv[1])
+from numba import njit
+import enzpy, cfg
+from enzpy import Active, Reverse, autodiff
+
+C = {c_then}
+
+
+class Scale(enum.IntEnum):
+    LOW = 1
+    HIGH = {high}
+
+
+@njit
+def g(x):
+    return cfg.B * x * x
+
+
+@njit
+def f(x):
+    return C * x * x + cfg.A * x + g(x) + (Scale.HIGH + 0) * x
+
+
+if {compile_first}:
+    f(1.0)               # Numba freezes C = {c_then}
+C = {c_now}              # (a later notebook cell)
+(dx,), = autodiff(Reverse, f, Active(1.5))
+first = dx, enzpy.build_report(f)[-1].cache
+exec(compile(open(__file__).read().split("# cell")[-1], "cell", "exec"))
+(dx,), = autodiff(Reverse, f, Active(1.5))     # f redefined: compiled with C = {c_now}
+print(json.dumps({{"first": first, "second": [dx, enzpy.build_report(f)[-1].cache]}}))
+# cell
+@njit
+def f(x):
+    return C * x * x + cfg.A * x + g(x) + (Scale.HIGH + 0) * x
+'''
+
+
+def test_values_numba_froze_before_a_change_key_the_derivative(tmp_path):
+    """The derivative must be the one of the code Numba runs: a global changed
+    after Numba compiled the function (a notebook's later cell), a module's
+    constant read by a callee only, an enum member's value, in one process
+    and across processes."""
+    def run(c_then, c_now, b=2.0, high=2, compile_first=True):
+        (tmp_path / "cfg.py").write_text(f"A = 1.0\nB = {b}\n")
+        (tmp_path / "run.py").write_text(STALE_RUN.format(
+            c_then=c_then, c_now=c_now, high=high, compile_first=compile_first))
+        done = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path)],
+                              capture_output=True, text=True, timeout=600, env=dict(
+                                  os.environ, PYTHONDONTWRITEBYTECODE="1",
+                                  ENZPY_CACHE_DIR=str(tmp_path / "cache")))
+        assert done.returncode == 0, done.stderr[-3000:]
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+
+        def slope(c):
+            return 2 * c * 1.5 + 1.0 + 2 * b * 1.5 + high
+        assert out["first"][0] == pytest.approx(slope(c_then if compile_first else c_now))
+        assert out["second"][0] == pytest.approx(slope(c_now))
+        return out["first"][1], out["second"][1]
+
+    assert run(2.0, 3.0) == ("stored", "stored")
+    # compiled with C = 3 from the start: not the entry of the code compiled with C = 2 (the
+    # key of code compiled before the call covers that code, so it is another entry)
+    assert run(3.0, 3.0) == ("stored", "loaded")
+    assert run(2.0, 3.0) == ("loaded", "loaded")
+    run(3.0, 3.0, b=5.0)                               # cfg.B, read by g only, edited
+    run(3.0, 3.0, high=4)                              # an enum member's value edited
+    run(3.0, 3.0, compile_first=False)
+    assert run(3.0, 3.0, compile_first=False) == ("loaded", "loaded")
+
+
+def _ufunc_caller(c, p):
+    from numba import float64, vectorize
+
+    @vectorize([float64(float64)])
+    def kernel(v):
+        return c * v ** p
+
+    @njit
+    def f(v):
+        return kernel(v).sum()
+    return f
+
+
+def _named_tuple_caller(fields):
+    import collections
+    Pair = collections.namedtuple("Pair", fields)
+
+    @njit
+    def f(v):
+        p = Pair(v, 2.0 * v)
+        return p[0] - 3.0 * p[1]
+    return f
+
+
+def test_the_key_covers_ufuncs_and_named_tuple_fields():
+    x = np.ones(2)
+    keys = {_key(_ufunc_caller(c, p), Duplicated(x, x.copy())) for c, p in
+            ((2.0, 2), (5.0, 2), (2.0, 3))}
+    assert len(keys) == 3
+    assert _key(_named_tuple_caller("a b"), Active(1.0)) != \
+        _key(_named_tuple_caller("b a"), Active(1.0))
+    assert fingerprint.derivative_key(_ufunc_caller(2.0, 2), typed_signature(
+        [Duplicated(x, x.copy())]), "reverse", {}).compiled_ufuncs     # eagerly compiled
+
+
+def test_literally_is_refused_by_name():
+    from numba import literally
+
+    @njit
+    def power(v, n):
+        return v ** literally(n)
+
+    power(1.5, 3)
+    with pytest.raises(enzpy.UnsupportedError, match="literally.*on n"):
+        autodiff(Reverse, power, Active(1.5), Const(3))
