@@ -738,19 +738,23 @@ _rule("lstsq_impl", _lstsq_fwd, _lstsq_bwd, _lstsq_jvp)
 
 # -- helpers of np.linalg.norm and np.linalg.cond ----------------------------------------------
 def _norm2_fwd(a):
-    r = np.sqrt(np.sum(a * a))
+    r = np.linalg.norm(a)          # (BLAS's scaled sum: no overflow or underflow)
     return r, (a, r)
 
 
 def _norm2_bwd(res, g):
     a, r = res
+    if r == 0.0:                   # a kink: the subgradient 0, as PyTorch
+        return (np.zeros_like(a),)
     return (a * (g / r),)
 
 
 def _norm2_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
-    r = np.sqrt(np.sum(a * a))
-    return r, np.sum(a * da) / r
+    r = np.linalg.norm(a)
+    if r == 0.0:
+        return r, 0.0 * r
+    return r, np.sum((a / r) * da)
 
 
 _rule("_oneD_norm_2_impl", _norm2_fwd, _norm2_bwd, _norm2_jvp, inner="impl")

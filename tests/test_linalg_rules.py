@@ -259,3 +259,45 @@ def test_qr_of_a_wide_matrix_in_forward_mode_is_refused_as_unsupported():
     A = np.random.default_rng(8).standard_normal((3, 5))
     with pytest.raises(enzpy.UnsupportedError, match="at least as many rows as columns"):
         autodiff(Forward, _qr_weighted, Duplicated(A, np.ones_like(A)))
+
+
+@njit
+def _vector_norm(x):
+    return np.linalg.norm(x)
+
+
+@njit
+def _ridge(w):
+    return 0.5 * np.linalg.norm(w) ** 2 + w.sum()
+
+
+@pytest.mark.parametrize("x", [
+    np.array([1e200, 1e200]), np.array([3e-170, 4e-170]),
+    np.array([1e20, 1e20], np.float32), np.array([1e-23, 1e-23], np.float32),
+    np.array([0.3, -0.4, 1.2])], ids=["huge", "tiny", "huge_f32", "tiny_f32", "plain"])
+def test_vector_norm_scales_like_blas(x):
+    """The rule's norm is BLAS's scaled one: no overflow to inf or division by
+    an underflowed 0 where the norm itself is finite and non-zero."""
+    dx = np.zeros_like(x)
+    _, primal = autodiff(enzpy.ReverseWithPrimal, _vector_norm, Duplicated(x, dx))
+    scale = np.abs(x.astype(np.float64)).max()
+    r = scale * np.linalg.norm(x / scale)           # (NumPy's own norm overflows)
+    rtol = 1e-6 if x.dtype == np.float32 else 1e-14
+    assert primal == pytest.approx(r, rel=rtol)
+    np.testing.assert_allclose(dx, x / scale / (r / scale), rtol=rtol)
+    v = np.linspace(1.0, 2.0, x.size).astype(x.dtype)
+    (t,) = autodiff(Forward, _vector_norm, Duplicated(x, v))
+    assert t == pytest.approx(float(np.dot(x / scale / (r / scale), v)), rel=rtol)
+
+
+def test_norm_at_zero_takes_the_zero_subgradient():
+    """At 0 the norm has a kink; its gradient there is 0 (as PyTorch), so a
+    smooth function of it, 0.5 * norm(w)**2, has its true gradient."""
+    w = np.zeros(3)
+    dw = np.zeros(3)
+    autodiff(Reverse, _vector_norm, Duplicated(w, dw))
+    assert not dw.any()
+    autodiff(Reverse, _ridge, Duplicated(w, dw))
+    np.testing.assert_array_equal(dw, np.ones(3))
+    (t,) = autodiff(Forward, _ridge, Duplicated(w, np.array([1.0, 2.0, 3.0])))
+    assert t == 6.0
