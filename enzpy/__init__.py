@@ -12,6 +12,7 @@ from .errors import InternalError, UnsupportedError
 from .higher import hessian, hvp, jacobian, vjp
 from . import jitted  # noqa: F401  (autodiff inside @njit code)
 from . import linalg  # noqa: F401  (the rules of NumPy's linear algebra)
+from . import ufuncs  # noqa: F401  (rules of NumPy functions that branch on ties)
 
 __all__ = ["autodiff", "Reverse", "ReverseWithPrimal", "Forward", "ForwardWithPrimal",
            "Active", "Const", "Duplicated", "UnsupportedError", "InternalError", "cache_info",

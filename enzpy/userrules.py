@@ -57,6 +57,7 @@ class RuleSpec:
 _lock = threading.RLock()
 _rules: dict = {}             # the user's function (py_func) -> RuleSpec
 _builtin: dict = {}           # (module, qualified name) of a Numba implementation -> RuleSpec
+_builtin_variants: dict = {}  # (module, qualified name) -> py_func -> suffix of its rule's name
 
 
 def _function(f):
@@ -139,6 +140,13 @@ def builtin_vjp(module, qualname, fwd, bwd, jvp=None):
                                             builtin=(module, qualname))
 
 
+def builtin_variants(module, qualname, choose):
+    """Rules for a Numba implementation generated several times under one name
+    (``np.logaddexp`` and ``np.logaddexp2``): ``choose(py_func)`` says which,
+    as a suffix of the qualified names their rules are registered under."""
+    _builtin_variants[(module, qualname)] = choose
+
+
 def _changed():
     """A registration changes derivatives already built: they are dropped
     (derivatives inside @njit callers compiled earlier keep the old rule)."""
@@ -165,8 +173,10 @@ def rule_of(symbol):
     if located is not None:
         disp, argtypes = located
         fn = disp.py_func
-        spec = _rules.get(fn) or _builtin.get(
-            (getattr(fn, "__module__", ""), getattr(fn, "__qualname__", "")))
+        key = (getattr(fn, "__module__", ""), getattr(fn, "__qualname__", ""))
+        spec = _rules.get(fn) or _builtin.get(key)
+        if spec is None and key in _builtin_variants:
+            spec = _builtin.get((key[0], key[1] + _builtin_variants[key](fn)))
         if spec is not None:
             found = (spec, disp, argtypes)
     _spec_of[symbol] = found
