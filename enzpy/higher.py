@@ -49,6 +49,8 @@ def hvp(f, x, v, *args):
     consts = _plain_consts(args)
     if isinstance(x, np.ndarray):
         v = np.asarray(v)
+        if v.dtype.kind not in "fiub":
+            raise TypeError(f"hvp: v must hold real numbers, like x; got dtype {v.dtype}")
         if v.shape != x.shape:
             raise ValueError(f"hvp: v has shape {v.shape}, x has shape {x.shape}")
         v = np.asarray(v, dtype=x.dtype, order="C")
@@ -185,6 +187,8 @@ def _pair(out, g):
 
 @numba.extending.overload(_pair)
 def _ol_pair(out, g):
+    if isinstance(out, types.Array) and out.ndim == 0:
+        return lambda out, g: out[()] * g[()]
     if isinstance(out, types.Array):
         return lambda out, g: (out * g).sum()
     if isinstance(out, types.Float):
@@ -231,6 +235,9 @@ def _check_cotangent(g, out, where="g"):
                      for i, (gi, oi) in enumerate(zip(g, out)))
     if isinstance(out, np.ndarray):
         g = np.asarray(g)
+        if g.dtype.kind not in "fiub":
+            raise TypeError(f"pullback: {where} must hold real numbers, like the result; got "
+                            f"dtype {g.dtype}")
         if g.shape != out.shape:
             raise ValueError(f"pullback: {where} has shape {g.shape}; the result has shape "
                              f"{out.shape}")

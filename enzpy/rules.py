@@ -98,7 +98,15 @@ def _power_partial(e, x, y):
 
 rule("pow", lambda e, x, y, r: _power_partial(e, x, y), _pow_exponent_partial)
 rule("powi", lambda e, x, n, r: _power_partial(e, x, e.cast("sitofp", n, x.type)), None)
-rule("hypot", lambda e, x, y, r: e.fdiv(x, r), lambda e, x, y, r: e.fdiv(y, r))
+def _over_hypot(e, v, r):
+    # v / r, and 0 at the origin (its kink: the subgradient 0, as for np.linalg.norm),
+    # dividing by 1 there so that a second derivative stays finite
+    zero = e.zero(r.type)
+    at_origin = e.fcmp("oeq", r, zero)
+    return e.select(at_origin, zero, e.fdiv(v, e.select(at_origin, e.const(1.0, r.type), r)))
+
+
+rule("hypot", lambda e, x, y, r: _over_hypot(e, x, r), lambda e, x, y, r: _over_hypot(e, y, r))
 rule("erf", lambda e, x, r: e.scale(e.exp(e.fneg(e.square(x))), TWO_OVER_SQRT_PI))
 rule("erfc", lambda e, x, r: e.scale(e.exp(e.fneg(e.square(x))), -TWO_OVER_SQRT_PI))
 rule("fabs", lambda e, x, r: e.copysign(e.const(1.0, x.type), x))

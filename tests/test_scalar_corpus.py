@@ -1182,6 +1182,21 @@ def test_polynomial_derivatives_at_zero(p, x):
     assert float(enzpy.hvp(p, x, 1.0, c)) == pytest.approx(d2, rel=1e-12)
 
 
+@njit
+def hypot_squared(x, y):
+    return math.hypot(x, y) ** 2
+
+
+def test_hypot_at_the_origin_takes_the_zero_subgradient():
+    """hypot's kink at (0, 0): its gradient there is 0 (not 0/0 = nan), so
+    hypot(x, y)**2 has its true gradient (0, 0) in both modes."""
+    (gx, gy), = autodiff(Reverse, hypot_squared, Active(0.0), Active(0.0))
+    (t,) = autodiff(Forward, hypot_squared, Duplicated(0.0, 1.0), Duplicated(0.0, 2.0))
+    assert (gx, gy, t) == (0.0, 0.0, 0.0)
+    (gx, gy), = autodiff(Reverse, hypot_squared, Active(0.3), Active(-0.4))
+    assert (gx, gy) == (pytest.approx(0.6), pytest.approx(-0.8))
+
+
 def test_float32_primal_and_adjoint():
     (dx,), y = autodiff(ReverseWithPrimal, f32_poly, Active(f32(0.75)))
     assert y == float(f32_poly(f32(0.75)))

@@ -132,3 +132,39 @@ def test_tuple_of_a_float32_array_and_a_float32():
     # f = 2 sum(x) * 3 x0: df/dx = 6 x0 + [6 sum(x), 0, 0]
     np.testing.assert_allclose(dx, 6.0 * x[0] + np.array([6.0 * x.sum(), 0.0, 0.0]),
                                rtol=1e-6)
+
+
+@njit
+def _zero_d_square_sum(x):
+    r = np.empty(())
+    r[()] = np.sum(x * x)
+    return r
+
+
+def test_zero_d_array_result():
+    x = np.array([1.0, 2.0])
+    out, pullback = enzpy.vjp(_zero_d_square_sum, x)
+    assert out.shape == () and out == 5.0
+    for g in (np.array(1.0), 1.0):
+        np.testing.assert_array_equal(pullback(g)[0], 2 * x)
+    np.testing.assert_array_equal(enzpy.jacobian(_zero_d_square_sum, x), 2 * x)
+
+
+@pytest.mark.parametrize("g", [np.array([1j, 1j]), np.array([1.0, None], dtype=object),
+                               np.array(["1", "2"])], ids=["complex", "object", "str"])
+def test_cotangents_that_are_not_real_numbers_are_refused(g):
+    _, pullback = enzpy.vjp(_doubled, np.ones(2))
+    with pytest.raises(TypeError, match="real numbers"):
+        pullback(g)
+    with pytest.raises(TypeError, match="real numbers"):
+        enzpy.hvp(_square_sum, np.ones(2), g)
+
+
+@njit
+def _doubled(x):
+    return 2.0 * x
+
+
+@njit
+def _square_sum(x):
+    return (x * x).sum()
