@@ -220,7 +220,8 @@ _rule("inv_impl", _inv_fwd, _inv_bwd, _inv_jvp)
 # and the inverse (LAPACK getrf, then getri): the gradient costs the inverse's
 # price, not a second factorization on top of it.
 def _lu_slogdet_inverse(a):
-    """(sign, log|det a|, inv(a)) from one LU factorization."""
+    """(sign, log|det a|, inv(a), False) from one LU factorization; (.., True)
+    for a singular ``a``, whose inverse and sign are then meaningless."""
     raise NotImplementedError
 
 
@@ -244,10 +245,13 @@ def _ol_lu_slogdet_inverse(a):
         check_finite(a)
         lu = copy_to_fortran(a)
         if n == 0:
-            return 1.0, 0.0, lu
+            return 1.0, 0.0, lu, False
         pivots = np.empty(n, dtype=pivot_type)
-        # a singular matrix raises LinAlgError: the derivative needs its inverse
-        lapack_error(getrf(kind, n, n, lu.ctypes, n, pivots.ctypes))
+        info = getrf(kind, n, n, lu.ctypes, n, pivots.ctypes)
+        if info > 0:                # singular: no inverse
+            keep_alive([lu.size, pivots.size])
+            return 1.0, 0.0, lu, True
+        lapack_error(info)
         parity = 1                  # np.linalg.slogdet's sign of the permutation
         for k in range(n):
             parity = parity + (pivots[k] != (k + 1))
@@ -257,7 +261,7 @@ def _ol_lu_slogdet_inverse(a):
         sign, logdet = diagonal_walk(n, lu, parity)
         lapack_error(getri(kind, n, lu.ctypes, n, pivots.ctypes))
         keep_alive([lu.size, pivots.size])
-        return sign, logdet, lu
+        return sign, logdet, lu, False
 
     return impl
 
@@ -265,7 +269,10 @@ def _ol_lu_slogdet_inverse(a):
 @njit(cache=True)
 def _slogdet_inverse(a):
     """``np.linalg.slogdet(a)`` and ``np.linalg.inv(a)`` (one factorization)."""
-    return _lu_slogdet_inverse(a)
+    sign, logdet, inverse, singular = _lu_slogdet_inverse(a)
+    if singular:                # the derivative needs the inverse
+        raise np.linalg.LinAlgError("Matrix is singular to machine precision.")
+    return sign, logdet, inverse
 
 
 def _slogdet_inverse_fwd(a):
@@ -283,17 +290,35 @@ def _slogdet_inverse_bwd(ainv, g):
 builtin_vjp(__name__, "_slogdet_inverse", _slogdet_inverse_fwd, _slogdet_inverse_bwd)
 
 
+@njit(cache=True)
+def _singular_cofactors(a):
+    """The cofactor matrix of a singular ``a`` (the gradient of det there, which
+    the inverse cannot give): from a = U S V^T, det(U) det(V) U adj(S) V^T, with
+    adj(S) = diag(prod of the other singular values)."""
+    u, s, vt = np.linalg.svd(a)
+    others = np.empty_like(s)
+    for i in range(s.size):
+        p = s.dtype.type(1.0)
+        for j in range(s.size):
+            if j != i:
+                p *= s[j]
+        others[i] = p
+    return (np.linalg.det(u) * np.linalg.det(vt)) * ((u * others.reshape(1, -1)) @ vt)
+
+
 def _det_fwd(a):
-    sign, logdet, ainv = _slogdet_inverse(a)
+    sign, logdet, ainv, singular = _lu_slogdet_inverse(a)
+    if singular:
+        return np.linalg.det(a), _singular_cofactors(a)
     d = sign * np.exp(logdet)           # (as np.linalg.det)
-    return d, (d, ainv)
+    return d, d * ainv.T                # (the cofactors)
 
 
-def _det_bwd(res, g):
-    d, ainv = res
-    return (g * d * ainv.T,)
+def _det_bwd(cofactors, g):
+    return (g * cofactors,)
 
 
+# (forward mode and second order of a singular matrix raise LinAlgError)
 def _det_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     sign, logdet, ainv = _slogdet_inverse(a)

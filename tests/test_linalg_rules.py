@@ -143,14 +143,16 @@ def _logabsdet(a):
     return np.linalg.slogdet(a)[1]
 
 
-def test_det_and_slogdet_of_a_singular_matrix_raise_and_write_nothing():
-    # the derivative needs the inverse: LinAlgError, as the primal's np.linalg.inv
+def test_slogdet_of_a_singular_matrix_raises_and_writes_nothing():
+    # log|det| has no derivative there: LinAlgError, as the primal's np.linalg.inv; so
+    # does det's forward mode, which goes through the inverse (its reverse mode does not)
     a = np.array([[1.0, 2.0], [2.0, 4.0]])
-    for f in (_det, _logabsdet):
-        da = np.zeros_like(a)
-        with pytest.raises(np.linalg.LinAlgError, match="singular"):
-            autodiff(Reverse, f, Duplicated(a, da))
-        assert not da.any()
+    da = np.zeros_like(a)
+    with pytest.raises(np.linalg.LinAlgError, match="singular"):
+        autodiff(Reverse, _logabsdet, Duplicated(a, da))
+    assert not da.any()
+    with pytest.raises(np.linalg.LinAlgError, match="singular"):
+        autodiff(Forward, _det, Duplicated(a, np.ones_like(a)))
 
 
 @pytest.mark.parametrize("f", [_det, _logabsdet], ids=["det", "slogdet"])
@@ -301,3 +303,17 @@ def test_norm_at_zero_takes_the_zero_subgradient():
     np.testing.assert_array_equal(dw, np.ones(3))
     (t,) = autodiff(Forward, _ridge, Duplicated(w, np.array([1.0, 2.0, 3.0])))
     assert t == 6.0
+
+
+@pytest.mark.parametrize("a, cofactors", [
+    (np.array([[1.0, 2.0], [2.0, 4.0]]), np.array([[4.0, -2.0], [-2.0, 1.0]])),   # rank 1
+    (np.zeros((3, 3)), np.zeros((3, 3))),                                        # rank 0
+    (np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]]),
+     np.array([[-3.0, 6.0, -3.0], [6.0, -12.0, 6.0], [-3.0, 6.0, -3.0]]))])
+def test_det_gradient_at_a_singular_matrix_is_the_cofactor_matrix(a, cofactors):
+    """det is a polynomial: its gradient, the cofactor matrix, exists at a
+    singular matrix too (the inverse does not)."""
+    da = np.zeros_like(a)
+    _, d = autodiff(enzpy.ReverseWithPrimal, _det, Duplicated(a, da))
+    assert d == 0.0
+    np.testing.assert_allclose(da, cofactors, atol=1e-12)
