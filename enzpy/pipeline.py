@@ -211,7 +211,8 @@ class Build:
         low, lowered, module, blocks = self.capture()
         self.captured = None                 # (cleanup changes the module)
         if self.fingerprint is not None and self.digest is None:
-            self.digest = fingerprint.primal_digest(str(module))
+            with self.stage("cache_lookup"):         # (what the cache entry is built from)
+                self.digest = fingerprint.primal_digest(str(module))
         with self.stage("cleanup"):
             frontend.mark_small_helpers(module, lambda name: name == low.symbol or
                                         custom.covered(name) or _user_code(lowered.get(name)),
@@ -320,7 +321,9 @@ class Build:
             # globals had then, which the walk (today's values) does not see: an
             # entry is used only if built from the same compiled code, and one
             # built from code compiled before the call has a key covering it
-            self.digest = fingerprint.primal_digest(str(self.capture()[2]))
+            module = self.capture()[2]
+            with self.stage("cache_lookup"):
+                self.digest = fingerprint.primal_digest(str(module))
         with self.stage("cache_lookup"):
             if self.fingerprint.key in diskcache.unloadable:
                 # its names may be half defined in this process: build it unnamed
