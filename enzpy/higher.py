@@ -112,11 +112,11 @@ def jacobian(g, x, *args):
     # Every call runs on copies of the arguments' initial values (g may update
     # x, or accumulate into its output, in place); the caller's arrays end as
     # after one call of g.
-    values = (x, *consts)
-    initial = [v.copy(order="K") if isinstance(v, np.ndarray) else v for v in values]
+    def copies(vals):
+        return [v.copy(order="K") if isinstance(v, np.ndarray) else v for v in vals]
 
-    def fresh():
-        return [v.copy(order="K") if isinstance(v, np.ndarray) else v for v in initial]
+    values = (x, *consts)
+    initial = copies(values)
 
     def keep(last):
         for mine, theirs in zip(last, values):
@@ -125,14 +125,14 @@ def jacobian(g, x, *args):
 
     last = ()
     if not writes_out:
-        last = fresh()
+        last = copies(initial)
         out = disp(*last)
         if np.size(out) < np.size(x):
             keep(last)
             return _jacobian_by_rows(disp, initial[0], initial[1:], out)
     columns = []
     for direction in _basis(x):
-        last = fresh()
+        last = copies(initial)
         x_pass, *consts_pass = last
         if writes_out:
             dout = np.zeros_like(consts_pass[-1])
