@@ -490,6 +490,27 @@ def test_rule_errors_are_clear_type_errors():
 
 
 @njit
+def _jvp_array_tangent(primals, tangents):      # the tangent of a float output as an array
+    return two_args(primals[0], primals[1]), np.ones(2)
+
+
+@njit
+def _jvp_without_tangent(primals, tangents):
+    return two_args(primals[0], primals[1])
+
+
+def test_a_jvp_rule_with_the_wrong_result_is_named_as_such():
+    try:
+        for rule, returned in ((_jvp_array_tangent, "array"), (_jvp_without_tangent, "float64")):
+            defjvp(two_args, rule)
+            with pytest.raises(RuleError, match=f"jvp must return \\(out, tangent_out\\).*"
+                                                f"returns .*{returned}"):
+                autodiff(Forward, two_args, Duplicated(1.0, 1.0), Const(2.0))
+    finally:
+        clear_rules(two_args)
+
+
+@njit
 def _wrong_shape_bwd(res, g):
     return (np.ones(3) * g,)
 
