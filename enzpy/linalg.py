@@ -676,6 +676,23 @@ _rule("qr_impl", _qr_fwd, _qr_bwd, _qr_jvp)
 
 
 # -- pinv(a) --------------------------------------------------------------------------------
+# The derivative of the pseudo-inverse where the rank is constant (Golub & Pereyra 1973).
+@njit(cache=True)
+def _pinv_cotangent(a, p, g):
+    m, n = a.shape
+    ap = np.eye(m, dtype=a.dtype) - a @ p
+    pa = np.eye(n, dtype=a.dtype) - p @ a
+    return -(p.T @ g @ p.T) + ap @ g.T @ p @ p.T + p.T @ p @ g.T @ pa
+
+
+@njit(cache=True)
+def _pinv_tangent(a, p, da):
+    m, n = a.shape
+    ap = np.eye(m, dtype=a.dtype) - a @ p
+    pa = np.eye(n, dtype=a.dtype) - p @ a
+    return -(p @ da @ p) + p @ p.T @ da.T @ ap + pa @ da.T @ p.T @ p
+
+
 def _pinv_fwd(a, rcond):
     p = np.linalg.pinv(a, rcond)
     return p, (a, p)
@@ -683,40 +700,45 @@ def _pinv_fwd(a, rcond):
 
 def _pinv_bwd(res, g):
     a, p = res
-    m, n = a.shape
-    ap = np.eye(m, dtype=a.dtype) - a @ p
-    pa = np.eye(n, dtype=a.dtype) - p @ a
-    return -(p.T @ g @ p.T) + ap @ g.T @ p @ p.T + p.T @ p @ g.T @ pa, None
+    return _pinv_cotangent(a, p, g), None
 
 
 def _pinv_jvp(primals, tangents):
     a, rcond = primals
-    da = tangents[0]
     p = np.linalg.pinv(a, rcond)
-    m, n = a.shape
-    ap = np.eye(m, dtype=a.dtype) - a @ p
-    pa = np.eye(n, dtype=a.dtype) - p @ a
-    return p, -(p @ da @ p) + p @ p.T @ da.T @ ap + pa @ da.T @ p.T @ p
+    return p, _pinv_tangent(a, p, tangents[0])
 
 
 _rule("pinv_impl", _pinv_fwd, _pinv_bwd, _pinv_jvp)
 
 
-# -- lstsq(a, b, rcond) = (x, residuals, rank, s), for full rank ----------------------------
+# -- lstsq(a, b, rcond) = (x, residuals, rank, s) -------------------------------------------
 # With at least as many rows as columns (full column rank) x = (a^T a)^-1 a^T b; with fewer
-# (full row rank) LAPACK's x is the minimum-norm solution a^T (a a^T)^-1 b. Each is smooth
-# there; a rank-deficient a gives what the solves give (inf or nan), as for solve.
+# (full row rank) LAPACK's x is the minimum-norm solution a^T (a a^T)^-1 b. A rank-deficient
+# a gets, like pinv (and JAX), the derivative at constant rank of x = pinv(a) b, with the
+# pseudo-inverse cut at the rank LAPACK found.
+@njit(cache=True)
+def _pinv_of_rank(a, rank):
+    u, s, vh = np.linalg.svd(a, False)
+    return np.ascontiguousarray(vh[:rank].T / s[:rank].reshape(1, -1)) \
+        @ np.ascontiguousarray(u[:, :rank].T)
+
+
 def _lstsq_fwd(a, b, rcond):
     x, residues, rank, s = np.linalg.lstsq(a, b, rcond)
-    return (x, residues, rank, s), (a, b, x)
+    return (x, residues, rank, s), (a, b, x, rank)
 
 
 def _lstsq_bwd(res, g):
-    a, b, x = res
+    a, b, x, rank = res
     gx, gres, _, gs = g
     x2 = _as_column(x)
     gx2 = _as_column(gx).astype(a.dtype)
-    if a.shape[0] >= a.shape[1]:
+    if rank < min(a.shape):  # (then LAPACK returns no residuals)
+        p = _pinv_of_rank(a, rank)
+        abar = _pinv_cotangent(a, p, gx2 @ _as_column(b).T)
+        bbar = np.ascontiguousarray(p.T @ gx2)
+    elif a.shape[0] >= a.shape[1]:
         r = _as_column(b) - a @ x2
         z = _solve_defined(a.T @ a, gx2)
         abar = r @ z.T - a @ z @ x2.T
@@ -743,7 +765,10 @@ def _lstsq_jvp(primals, tangents):
     x, residues, rank, s = np.linalg.lstsq(a, b, rcond)
     x2 = _as_column(x)
     r = _as_column(b) - a @ x2
-    if a.shape[0] >= a.shape[1]:
+    if rank < min(a.shape):
+        p = _pinv_of_rank(a, rank)
+        dx = _pinv_tangent(a, p, da) @ _as_column(b) + p @ _as_column(db)
+    elif a.shape[0] >= a.shape[1]:
         dx = _solve_defined(a.T @ a, da.T @ r + a.T @ (_as_column(db) - da @ x2))
     else:
         k = a @ a.T

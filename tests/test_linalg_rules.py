@@ -251,6 +251,43 @@ def test_lstsq_of_a_wide_matrix_is_the_minimum_norm_solution(dtype):
     assert t == pytest.approx(float(np.sum(dA * tA) + db @ tb), rel=tol * 10, abs=tol)
 
 
+@pytest.mark.parametrize("shape", [(4, 2), (2, 4), (3, 3)])
+def test_lstsq_of_a_rank_deficient_matrix_is_the_derivative_at_constant_rank(shape):
+    # LAPACK returns pinv(A) b (cut at the rank it finds); the rule raised LinAlgError where
+    # JAX is finite. A has an exactly zero column (tall) or row, which perturbations E A
+    # (A E) keep, so the rank stays and central differences along them check the
+    # derivative; it equals that of x = pinv(A) b, whose rule is checked apart.
+    rng = np.random.default_rng(11)
+    m, n = shape
+    A, b, w = rng.standard_normal((m, n)), rng.standard_normal(m), rng.standard_normal(n)
+    tall = m > n
+    if tall:
+        A[:, -1] = 0.0
+    else:
+        A[-1] = 0.0
+    assert np.linalg.matrix_rank(A) == min(m, n) - 1
+    dA, db = np.zeros_like(A), np.zeros_like(b)
+    autodiff(Reverse, _lstsq_weighted, Duplicated(A, dA), Duplicated(b, db), Const(w))
+    for _ in range(3):
+        V = rng.standard_normal((m, m)) @ A if tall else A @ rng.standard_normal((n, n))
+        h = 1e-6
+        fd = (_lstsq_weighted(A + h * V, b, w) - _lstsq_weighted(A - h * V, b, w)) / (2 * h)
+        assert np.sum(dA * V) == pytest.approx(fd, rel=1e-6, abs=1e-9)
+        (t,) = autodiff(Forward, _lstsq_weighted, Duplicated(A, V), Duplicated(b, np.zeros(m)),
+                        Const(w))
+        assert t == pytest.approx(fd, rel=1e-6, abs=1e-9)
+    dA_pinv, db_pinv = np.zeros_like(A), np.zeros_like(b)
+    autodiff(Reverse, _pinv_weighted, Duplicated(A, dA_pinv), Duplicated(b, db_pinv), Const(w))
+    np.testing.assert_allclose(dA, dA_pinv, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(db, db_pinv, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(db, np.linalg.pinv(A).T @ w, rtol=1e-9, atol=1e-12)
+
+
+@njit
+def _pinv_weighted(A, b, w):
+    return np.dot(w, np.linalg.pinv(A) @ b)
+
+
 @njit
 def _qr_weighted(A):
     Q, R = np.linalg.qr(A)
