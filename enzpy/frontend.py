@@ -437,6 +437,76 @@ def _hoist_tuple_item_slots(text: str) -> str:
     return "\n".join(out[:-1]) + "\n"
 
 
+# Numba's propagation of a callee's exception (callconv.return_status_propagate) in a
+# function holding a try block: the callee's excinfo is stored and, when the try depth
+# read at run time is positive, the code goes on towards the handler instead of returning.
+# (every function propagating a callee's exception reads the try depth; one holding a
+# try block also raises it)
+_TRY_ENTERED = re.compile(r'store i64 %\S+, (?:i64\*|ptr) %"try_state"')
+_PROPAGATE_IN_TRY = re.compile(
+    r'(?P<a>%\S+) = load i64, (?:i64\*|ptr) %"try_state"\n'
+    r'(?P<i1>\s*)(?P<b>%\S+) = icmp ugt i64 (?P=a), 0\n'
+    r'\s*%\S+ = load [^\n]*%"excinfo"\n'
+    r'(?P<i2>\s*)store (?P<ty>[^\n]*?) (?P<v>%\S+), (?P<slot>[^\n]*%"excinfo")\n'
+    r'\s*(?P<d>%\S+) = xor i1 (?P=b), -1\n'
+    r'(?P<i3>\s*)br i1 (?P=d), label (?P<ret>%\S+), label %\S+')
+_CALL_WITH_EXCINFO = re.compile(r'call i32 @[^\n]*%"excinfo\.\d+"')
+_BLOCK_LABELS = re.compile(r'^"?([-\w.$]+)"?:', re.M)
+
+
+def _refuse_caught_exceptions(text: str, lowered: dict, differentiated) -> tuple:
+    """Make an exception that a callee raises inside a try block of ``text``'s
+    functions (those ``differentiated(symbol)`` accepts) leave the derivative
+    as an UnsupportedError instead of reaching the handler. The derivative of a
+    call that stopped half-way (its tape, a rule's residuals) is not there for
+    the reverse sweep to undo: catching it crashed or gave garbage. A ``raise``
+    in the function itself stays caught (its reverse is the path taken).
+    Returns the text and the symbols with a try block left as they were."""
+    if not _TRY_ENTERED.search(text):
+        return text, set()
+    from .memory import static_exception
+    parts = re.split(r"(?m)^(?=define )", text)
+    definitions, skipped = [], set()
+    for k, part in enumerate(parts):
+        if not _TRY_ENTERED.search(part):
+            continue
+        symbol = re.match(r'define [^@]*@"?([^"(]+)"?\(', part).group(1)
+        if not differentiated(symbol):
+            skipped.add(symbol)
+            continue
+        low = lowered.get(symbol)
+        if low is None and dispatcher_of(symbol) is not None:
+            low = Lowered(*dispatcher_of(symbol))
+        name = low.name if low is not None else demangle(symbol)
+        lines = low.source_lines() if low is not None else {}
+        sites = list(_PROPAGATE_IN_TRY.finditer(part))
+        if len(sites) != len(_CALL_WITH_EXCINFO.findall(part)):
+            raise UnsupportedError(
+                f"try/except in function '{name}': enzpy does not recognise how Numba "
+                f"propagates exceptions there, so it cannot tell a caught exception apart")
+        out, end = [], 0
+        for n, m in enumerate(sites):
+            labels = _BLOCK_LABELS.findall(part, 0, m.start())
+            block = re.match(r"B\d+", labels[-1]) if labels else None
+            line = lines.get(block.group(0)) if block else None
+            where = f" (near line {line})" if line is not None else ""
+            exc, definition = static_exception(UnsupportedError, (
+                f"an exception raised by a call inside the try block of '{name}'{where} was "
+                f"caught: enzpy differentiates runs in which no exception is caught (the "
+                f"derivative of the call that raised stops half-way); test the condition "
+                f"before the call instead of catching its exception"))
+            definitions.append(definition)
+            chosen = f'%"enzpy.caught.{n}"'
+            out += [part[end:m.start("i2")],
+                    f"{m['i2']}{chosen} = select i1 {m['b']}, {m['ty']} @{exc}, "
+                    f"{m['ty']} {m['v']}\n{m['i2']}store {m['ty']} {chosen}, {m['slot']}\n",
+                    part[m.end("slot") + 1:m.start("i3")],
+                    f"{m['i3']}br label {m['ret']}"]
+            end = m.end()
+        parts[k] = "".join(out) + part[end:]
+    return "".join(parts) + "\n" + "\n".join(dict.fromkeys(definitions)) + "\n", skipped
+
+
 # Numba's package and enzpy's own
 _LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep
                       for path in (numba.__file__, __file__))
@@ -497,7 +567,9 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
     calls: for the functions ``root`` reaches, and in ``hvp``, which
     differentiates glue again, for those the glue reaches too). Returns the
     module and the ``OriginalBlocks`` of its functions."""
-    text = _hoist_tuple_item_slots(_raw_text(root))
+    lowered.setdefault(root.symbol, root)
+    text, as_primal = _refuse_caught_exceptions(_hoist_tuple_item_slots(_raw_text(root)),
+                                                lowered, lambda symbol: True)
     module = llvm.parse_assembly(cgutils.normalize_ir_text(text))
     linked, references = {root.symbol}, _references_by_function(text)
     texts = dict.fromkeys(references, text)
@@ -529,7 +601,11 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
                 text = _compile_again(*_dispatchers[name], name)[0]
             if text is None:
                 continue     # an external symbol: rules decide about it later
-            text = _hoist_tuple_item_slots(text)
+            # (the glue of rules runs as it is, unless differentiated again)
+            text, skipped = _refuse_caught_exceptions(
+                _hoist_tuple_item_slots(text), lowered,
+                lambda symbol: mode == "hvp" or symbol in differentiated)
+            as_primal |= skipped
             other = llvm.parse_assembly(cgutils.normalize_ir_text(text))
             for fn_name, names in _references_by_function(text).items():
                 references.setdefault(fn_name, names)   # (the definition kept)
@@ -543,6 +619,10 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
             added = True
         if not added:
             break
+    if mode != "hvp" and as_primal & _reached(module, root.symbol, references):
+        name = demangle(sorted(as_primal & _reached(module, root.symbol, references))[0])
+        raise UnsupportedError(f"try/except in function '{name}', which both the function "
+                               f"and the glue of a derivative rule call")
     return _resolve_mutual_recursion(module), OriginalBlocks(texts)
 
 

@@ -577,19 +577,27 @@ def _forward_glue(glue):
             tangents.append(f"t{i}")
     lines += [f"    out, tangent = jvp(({', '.join(xs)},), ({', '.join(tangents)},))",
               "    return out, _laid_out_like(out, tangent)"]
-    # (the user's jvp is typed alone first, so that a wrong result is named as such rather
-    # than as a failure inside the glue)
-    primals = types.Tuple(tuple(argtypes))
-    out = _compile_rule_function(spec.jvp, (primals, primals), "jvp(primals, tangents)", spec)
+    fwd_types = tuple(argtypes) * 2 + (types.int64,) * len(arrays)
+    namespace = {"jvp": spec.jvp, "np": np, "_laid_out_like": _laid_out_like}
+    try:
+        compiled = _compile("\n".join(lines) + "\n", namespace, "fwd", fwd_types, spec)
+    except RuleError:
+        # (a wrong result is named as such, rather than as a failure inside the glue)
+        primals = types.Tuple(tuple(getattr(t, "value_type", t) for t in argtypes))  # Omitted
+        _check_jvp_result(_compile_rule_function(spec.jvp, (primals, primals),
+                                                 "jvp(primals, tangents)", spec), glue)
+        raise
+    _check_jvp_result(compiled.restype, glue)
+    return compiled
+
+
+def _check_jvp_result(out, glue):
     if not (isinstance(out, types.BaseTuple) and len(out) == 2) \
             or types.unliteral(out[0]) != glue.restype \
             or _model_type(out[1]) != _model_type(out[0]):
-        raise RuleError(f"{spec.name}: jvp must return (out, tangent_out), out of the "
+        raise RuleError(f"{glue.spec.name}: jvp must return (out, tangent_out), out of the "
                         f"function's return type {glue.restype} and tangent_out like it; "
                         f"returns {out}")
-    fwd_types = tuple(argtypes) * 2 + (types.int64,) * len(arrays)
-    namespace = {"jvp": spec.jvp, "np": np, "_laid_out_like": _laid_out_like}
-    return _compile("\n".join(lines) + "\n", namespace, "fwd", fwd_types, spec)
 
 
 # -- the rule: IR calling the glue ---------------------------------------------------------

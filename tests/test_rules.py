@@ -511,6 +511,62 @@ def test_a_jvp_rule_with_the_wrong_result_is_named_as_such():
 
 
 @njit
+def guarded_inverse_trace(a):
+    return np.trace(np.linalg.inv(a))
+
+
+@njit
+def _guarded_inverse(a):
+    try:
+        return np.linalg.inv(a)
+    except Exception:                   # singular: no inverse, no derivative
+        return np.zeros_like(a)
+
+
+@njit
+def _guarded_fwd(a):
+    inv = _guarded_inverse(a)
+    return np.trace(inv), inv
+
+
+@njit
+def _guarded_bwd(inv, g):
+    return (-g * (inv @ inv).T,)
+
+
+@njit
+def _guarded_jvp(primals, tangents):
+    inv = _guarded_inverse(primals[0])
+    return np.trace(inv), -np.trace(inv @ tangents[0] @ inv)
+
+
+@njit
+def guarded_loss(a):
+    return 2.0 * guarded_inverse_trace(a)
+
+
+def test_a_rule_catching_an_exception_runs_as_written_and_is_refused_when_differentiated():
+    # Reverse mode runs a rule's fwd as it is: its try/except works. Second order
+    # differentiates the rule's own code, where a caught exception segfaulted.
+    defvjp(guarded_inverse_trace, _guarded_fwd, _guarded_bwd)
+    defjvp(guarded_inverse_trace, _guarded_jvp)
+    try:
+        singular = np.array([[1.0, 2.0], [2.0, 4.0]])
+        da = np.zeros_like(singular)
+        autodiff(Reverse, guarded_loss, Duplicated(singular, da))
+        assert np.all(da == 0.0)
+        regular = np.array([[2.0, 1.0], [0.5, 3.0]])
+        da = np.zeros_like(regular)
+        autodiff(Reverse, guarded_loss, Duplicated(regular, da))
+        inv = np.linalg.inv(regular)
+        np.testing.assert_allclose(da, -2.0 * (inv @ inv).T, rtol=1e-12)
+        with pytest.raises(UnsupportedError, match="try block of '_guarded_inverse'.*caught"):
+            enzpy.hvp(guarded_loss, singular, np.ones_like(singular))
+    finally:
+        clear_rules(guarded_inverse_trace)
+
+
+@njit
 def _wrong_shape_bwd(res, g):
     return (np.ones(3) * g,)
 

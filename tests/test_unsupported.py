@@ -604,6 +604,67 @@ def test_candidate_is_differentiated(f, make_args):
     assert check.worst_relative_error < 1e-6, check
 
 
+# -- an exception a call raises inside a try block -----------------------------------------
+@njit
+def _checked_sqrt(x):
+    if x < 0.0:
+        raise ValueError("negative")
+    return math.sqrt(x)
+
+
+@njit
+def try_around_lapack(a):
+    s = a.sum()
+    try:
+        inv = np.linalg.inv(a)
+    except Exception:
+        inv = np.zeros_like(a)
+    return s * np.sum(inv * a) + s * s
+
+
+@njit
+def try_around_user_call(x):
+    try:
+        y = _checked_sqrt(x[0]) * x[1]
+    except Exception:
+        y = x[1] * x[1]
+    return y + x[0]
+
+
+_SINGULAR = np.array([[1.0, 2.0], [2.0, 4.0]])
+
+
+@pytest.mark.parametrize("f, x, line", [
+    (try_around_lapack, _SINGULAR, "inv = np.linalg.inv(a)"),
+    (try_around_user_call, np.array([-1.0, 3.0]), "y = _checked_sqrt(x[0]) * x[1]"),
+], ids=["lapack_singular", "user_function"])
+@pytest.mark.parametrize("mode", ["reverse", "forward", "hvp"])
+def test_an_exception_caught_from_a_call_is_refused_when_it_happens(f, x, line, mode):
+    """The derivative of a call that stops half-way is not there for the reverse sweep
+    to undo: catching its exception crashed reverse mode (segfault) and gave garbage."""
+    where = f"try block of '{f.py_func.__name__}' (near line {_line_of(f, line)}) was caught"
+    with pytest.raises(UnsupportedError, match=re.escape(where)):
+        if mode == "reverse":
+            autodiff(Reverse, f, Duplicated(x.copy(), np.zeros_like(x)))
+        elif mode == "forward":
+            autodiff(enzpy.Forward, f, Duplicated(x.copy(), np.ones_like(x)))
+        else:
+            enzpy.hvp(f, x.copy(), np.ones_like(x))
+
+
+@pytest.mark.parametrize("f, x", [
+    (try_around_lapack, np.array([[2.0, 1.0], [0.5, 3.0]])),
+    (try_around_user_call, np.array([2.0, 3.0])),
+], ids=["lapack_regular", "user_function"])
+def test_a_try_block_whose_calls_do_not_raise_is_differentiated(f, x):
+    check = enzpy.check_gradient(f, _dup(x))
+    assert check.worst_relative_error < 1e-6, check
+    v = np.array([0.3, -0.7, 0.2, 0.5])[:x.size].reshape(x.shape)
+    (tangent,) = autodiff(enzpy.Forward, f, Duplicated(x.copy(), v))
+    h = 1e-6
+    assert tangent == pytest.approx((f(x + h * v) - f(x - h * v)) / (2 * h), rel=1e-6)
+
+
 # -- @njit(cache=True): loaded from Numba's disk cache, compiled again by enzpy ------------
 _CACHED_MODULE = '''
 import math
