@@ -58,6 +58,18 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
         names[name] = obj
         return name
 
+    def checked_while_same(hint, objects, failures):
+        """Lines running the tests ``failures`` (true when the call must miss)
+        only when one of ``objects`` is another object than at the last call
+        that passed them: an array's memory stays where it is while the array
+        lives. (Weak references: the arrays are not kept alive; one tuple, read
+        and replaced whole: threads never see half of it.)"""
+        cell = bind([(_dead,) * len(objects)], hint)
+        same = " or ".join(f"p[{k}]() is not {o}" for k, o in enumerate(objects))
+        return [f"    p = {cell}[0]", f"    if {same}:"] + \
+            [f"        if {test}: return MISS" for test in failures] + \
+            [f"        {cell}[0] = ({''.join(f'ref({o}), ' for o in objects)})"]
+
     def guard_value(v, x):
         """Guards that ``v`` has the Numba type of the value ``x``."""
         if type(x) in _SCALAR_TYPES:
@@ -89,15 +101,8 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
                 # (its dtype and that it is writeable: the entry's dispatch)
                 lines.append(f"    if type({d}) is not ndarray or {d}.shape != {v}.shape or "
                              f"{d}.strides != {v}.strides: return MISS")
-                # An array's memory stays where it is while the array lives: a pair
-                # found apart need not be compared again (weak references: the
-                # arrays are not kept alive).
-                # (one tuple, read and replaced whole: threads never see half a pair)
-                cell = bind([(_dead, _dead)], "apart")
-                lines += [f"    p = {cell}[0]",
-                          f"    if p[0]() is not {v} or p[1]() is not {d}:",
-                          f"        if share({v}, {d}) or overlapping({v}): return MISS",
-                          f"        {cell}[0] = ref({v}), ref({d})"]
+                lines += checked_while_same("apart", [v, d],
+                                            [f"share({v}, {d}) or overlapping({v})"])
             elif type(dx) in _SCALAR_TYPES:
                 lines.append(f"    if type({d}) is not {bind(type(dx), 't')}: return MISS")
             else:
@@ -107,27 +112,16 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
         return None
     arrays = [i for i, a in enumerate(args) if type(a) is duplicated and type(a.val) is np.ndarray]
     if len(arrays) > 1:
-        # shadows apart, or sharing memory as their arrays do: checked again
-        # only when an array or shadow is another object
-        cell = bind([(_dead,) * (2 * len(arrays))], "shadows_apart")
-        objects = [name for i in arrays for name in (f"v{i}", f"d{i}")]
-        same = " or ".join(f"p[{k}]() is not {name}" for k, name in enumerate(objects))
+        # shadows apart, or sharing memory as their arrays do
         pairs = ", ".join(f"({i}, v{i}, d{i})" for i in arrays)
-        lines += [f"    p = {cell}[0]",
-                  f"    if {same}:",
-                  f"        if conflicting([{pairs}]): return MISS",
-                  f"        {cell}[0] = ({''.join(f'ref({name}), ' for name in objects)})"]
+        lines += checked_while_same("shadows_apart",
+                                    [name for i in arrays for name in (f"v{i}", f"d{i}")],
+                                    [f"conflicting([{pairs}])"])
     if entry.alias_checks:
-        # As for a shadow: arrays found apart need not be compared again while
-        # they are the same objects (the arguments of the last call that passed).
         checked = sorted({i for pair in entry.alias_checks for i in pair})
-        cell = bind([(_dead,) * len(checked)], "disjoint")
-        same = " or ".join(f"p[{k}]() is not v{i}" for k, i in enumerate(checked))
-        lines += [f"    p = {cell}[0]",
-                  f"    if {same}:"]
-        lines += [f"        if share(v{written}, v{reread}): return MISS"
-                  for written, reread in entry.alias_checks]
-        lines.append(f"        {cell}[0] = ({''.join(f'ref(v{i}), ' for i in checked)})")
+        lines += checked_while_same("disjoint", [f"v{i}" for i in checked],
+                                    [f"share(v{written}, v{reread})"
+                                     for written, reread in entry.alias_checks])
     lines += ["    try:",
               f"        out = call({', '.join(values + shadows)})",
               "    except TypeError as error:",
