@@ -170,14 +170,28 @@ def _shadow_values(args, positions):
         elif not _is_float_scalar(x):
             check_shadow(i, x, dx)
         shadows.append(dx)
-    _check_shadows_apart([(i, args[i].val, args[i].dval) for i in positions
-                          if type(args[i].val) is np.ndarray])
+    _check_shadows_apart(_array_shadow_pairs(args, positions))
     for k, (dx, slot) in enumerate(copies or ()):
         stand_in = strided_like(args[positions[slot]].val)
         stand_in[...] = dx
         shadows[slot] = stand_in
         copies[k] = (dx, stand_in)
     return shadows, copies
+
+
+def _array_shadow_pairs(args, positions):
+    """(label, array, shadow) of the arrays the Duplicated arguments are or hold
+    (a container's shadow has its shape, ``check_shadow``: its arrays come in the
+    same order)."""
+    pairs = []
+    for i in positions:
+        x, dx = args[i].val, args[i].dval
+        if type(x) is np.ndarray:
+            pairs.append((i, x, dx))
+        elif not _is_float_scalar(x):
+            pairs += [(f"{i} (its array {k})", a, da)
+                      for k, (a, da) in enumerate(zip(arrays_in(x), arrays_in(dx)))]
+    return pairs
 
 
 def _check_shadows_apart(pairs):

@@ -500,6 +500,36 @@ def test_shadows_of_two_arguments_may_not_mix():
 
 
 @njit
+def _weighted_pair_in_tuple(t):
+    return _weighted_pair(t[0], t[1])
+
+
+@njit
+def _weighted_pair_in_list(arrays):
+    return _weighted_pair(arrays[0], arrays[1])
+
+
+def test_shadows_inside_a_container_may_not_mix():
+    """The same check for the arrays a tuple or list holds: one shadow for two distinct
+    arrays summed both derivatives into it, silently."""
+    x, y = np.arange(1.0, 4.0), np.arange(4.0, 7.0)
+    d = np.zeros(3)
+    with pytest.raises(ValueError, match=r"0 \(its array 0\) and 0 \(its array 1\).*"
+                                         r"shadows share memory"):
+        autodiff(Reverse, _weighted_pair_in_tuple, Duplicated((x, y), (d, d)))
+    with pytest.raises(ValueError, match="shadows share memory"):
+        autodiff(Reverse, _weighted_pair_in_list, Duplicated([x, y], [d, d]))
+    assert not d.any()
+    z, dz = np.arange(1.0, 4.0), np.zeros(3)          # the same array twice: fine
+    autodiff(Reverse, _weighted_pair_in_tuple, Duplicated((z, z), (dz, dz)))
+    np.testing.assert_allclose(dz, 2 * z * np.arange(1, 4) + 3)
+    dx, dy = np.zeros(3), np.zeros(3)
+    autodiff(Reverse, _weighted_pair_in_list, Duplicated([x, y], [dx, dy]))
+    np.testing.assert_allclose(dx, 2 * x * np.arange(1, 4))
+    np.testing.assert_allclose(dy, 3.0)
+
+
+@njit
 def _accumulate_squares_of(a, b):
     for i in range(a.size):
         b[i] = b[i] + a[i] * a[i]
