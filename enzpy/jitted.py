@@ -170,6 +170,18 @@ def _overlaps_itself(a):
     return False
 
 
+@njit
+def _shadows_mix(x, dx, y, dy):
+    """``arguments.conflicting_shadows`` for one pair, in nopython mode: the
+    shadows share memory in a way the arrays do not."""
+    if not _may_share_memory(dx, dy):
+        return False
+    if dx.ndim != dy.ndim or dx.strides != x.strides or dy.strides != y.strides:
+        return True
+    return np.intp(dx.ctypes.data) - np.intp(dy.ctypes.data) != \
+        np.intp(x.ctypes.data) - np.intp(y.ctypes.data)
+
+
 def _arrays_in(ty, expr, position) -> list:
     """Expressions of the arrays a value of type ``ty`` (at ``expr``) holds."""
     if isinstance(ty, types.Array):
@@ -202,6 +214,17 @@ def _implementation(entry, mode, signature, annotated):
                 f"        raise ValueError('argument {i}: the array\\'s elements overlap in "
                 f"memory (e.g. a np.broadcast_to view), so they cannot have a derivative "
                 f"each')"]
+    pairs = [(i, values[i], f"args[{i}].dval") for i, (kind, ty, _) in enumerate(signature)
+             if kind is Duplicated and isinstance(ty, types.Array)]
+    for k, (i, a, d) in enumerate(pairs):
+        lines += [f"    if may_share_memory({a}, {d}):",
+                  f"        raise ValueError('argument {i}: the shadow shares memory with its "
+                  f"array')"]
+        for j, b, e in pairs[k + 1:]:
+            lines += [f"    if shadows_mix({a}, {d}, {b}, {e}):",
+                      f"        raise ValueError('arguments {i} and {j}: the shadows share "
+                      f"memory but the arrays do not share it alike, so derivatives of "
+                      f"distinct elements would mix; pass distinct shadows')"]
     for written, reread in entry.alias_checks:
         for array in _arrays_in(signature[written][1], values[written], written):
             lines += [f"    if may_share_memory({array}, {values[reread]}):",
@@ -223,6 +246,6 @@ def _implementation(entry, mode, signature, annotated):
         lines.append(f"    return ({tangent}, out[-2])" if mode.with_primal
                      else f"    return ({tangent},)")
     namespace = {"call": entry.call, "may_share_memory": _may_share_memory,
-                 "overlaps_itself": _overlaps_itself}
+                 "overlaps_itself": _overlaps_itself, "shadows_mix": _shadows_mix}
     exec("\n".join(lines), namespace)
     return namespace["impl"]

@@ -211,6 +211,31 @@ def test_written_argument_sharing_memory_raises_inside_njit():
         _counts_gradient(x, x, dx)
 
 
+def test_shadows_that_mix_raise_inside_njit():
+    """As from Python: a shadow sharing memory with its array, or two shadows sharing
+    memory unlike their arrays, raise ValueError before anything is written; the same
+    array twice with its shadow twice is fine."""
+    out, x, d = np.zeros(3), np.array([0.3, 0.7, 1.1]), np.zeros(3)
+    with pytest.raises(ValueError, match="arguments 0 and 1: the shadows share memory"):
+        _squares_gradient(out, d, x, d)
+    with pytest.raises(ValueError, match="argument 1: the shadow shares memory with its array"):
+        _squares_gradient(out, np.zeros(3), x, x)
+    assert not d.any() and (x == [0.3, 0.7, 1.1]).all()
+    dz = np.zeros(3)
+    _read_twice_gradient(x, dz, x, dz)
+    np.testing.assert_allclose(dz, 2 * x + 3.0, rtol=1e-12)
+
+
+@njit
+def _read_twice(a, b):
+    return (a * a).sum() + 3.0 * b.sum()
+
+
+@njit
+def _read_twice_gradient(a, da, b, db):
+    return autodiff(Reverse, _read_twice, Duplicated(a, da), Duplicated(b, db))
+
+
 def test_active_on_array_is_refused_when_compiling():
     @njit
     def bad(w):
