@@ -415,6 +415,16 @@ def _raw_text(lowered: Lowered) -> str:
 _TUPLE_ITEM_SLOT = re.compile(r'^\s+%"?TYPED_VALUE_SLOT\d+(\.\d+)?"? = alloca [^%]+$')
 
 
+# Numba compiling with debug info (NUMBA_DEBUGINFO, NUMBA_ENABLE_PROFILING) marks
+# every function noinline, which contradicts the alwaysinline of small helpers
+# (LLVM then rejects the module and aborts the process).
+_NOINLINE = re.compile(r"(?m)^(define [^\n]*\)[^\n{]*?) noinline\b")
+
+
+def _inlinable(text: str) -> str:
+    return _NOINLINE.sub(r"\1", text) if "noinline" in text else text
+
+
 def _hoist_tuple_item_slots(text: str) -> str:
     """Move the stack slots of tuple getitems into their function's entry
     block, where the cleanup's SROA removes them and reverse mode gives a slot
@@ -568,8 +578,8 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
     differentiates glue again, for those the glue reaches too). Returns the
     module and the ``OriginalBlocks`` of its functions."""
     lowered.setdefault(root.symbol, root)
-    text, as_primal = _refuse_caught_exceptions(_hoist_tuple_item_slots(_raw_text(root)),
-                                                lowered, lambda symbol: True)
+    text, as_primal = _refuse_caught_exceptions(
+        _inlinable(_hoist_tuple_item_slots(_raw_text(root))), lowered, lambda symbol: True)
     module = llvm.parse_assembly(cgutils.normalize_ir_text(text))
     linked, references = {root.symbol}, _references_by_function(text)
     texts = dict.fromkeys(references, text)
@@ -603,7 +613,7 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
                 continue     # an external symbol: rules decide about it later
             # (the glue of rules runs as it is, unless differentiated again)
             text, skipped = _refuse_caught_exceptions(
-                _hoist_tuple_item_slots(text), lowered,
+                _inlinable(_hoist_tuple_item_slots(text)), lowered,
                 lambda symbol: mode == "hvp" or symbol in differentiated)
             as_primal |= skipped
             other = llvm.parse_assembly(cgutils.normalize_ir_text(text))
