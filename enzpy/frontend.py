@@ -447,11 +447,10 @@ def _hoist_tuple_item_slots(text: str) -> str:
     return "\n".join(out[:-1]) + "\n"
 
 
-# Numba's propagation of a callee's exception (callconv.return_status_propagate) in a
-# function holding a try block: the callee's excinfo is stored and, when the try depth
-# read at run time is positive, the code goes on towards the handler instead of returning.
-# (every function propagating a callee's exception reads the try depth; one holding a
-# try block also raises it)
+# Numba's propagation of a callee's exception (callconv.return_status_propagate): the
+# callee's excinfo is stored and, when the try depth read at run time is positive, the
+# code goes on towards the handler instead of returning. Every function propagating an
+# exception reads the try depth; only one holding a try block raises it.
 _TRY_ENTERED = re.compile(r'store i64 %\S+, (?:i64\*|ptr) %"try_state"')
 _PROPAGATE_IN_TRY = re.compile(
     r'(?P<a>%\S+) = load i64, (?:i64\*|ptr) %"try_state"\n'
@@ -464,14 +463,22 @@ _CALL_WITH_EXCINFO = re.compile(r'call i32 @[^\n]*%"excinfo\.\d+"')
 _BLOCK_LABELS = re.compile(r'^"?([-\w.$]+)"?:', re.M)
 
 
-def _refuse_caught_exceptions(text: str, lowered: dict, differentiated) -> tuple:
+def _prepared(text: str, lowered, differentiated) -> tuple:
+    """Numba's raw IR ``text`` made ready to link into the module differentiated:
+    ``_hoist_tuple_item_slots``, ``_inlinable``, ``_refuse_caught_exceptions``."""
+    return _refuse_caught_exceptions(_inlinable(_hoist_tuple_item_slots(text)), lowered,
+                                     differentiated)
+
+
+def _refuse_caught_exceptions(text: str, lowered, differentiated) -> tuple:
     """Make an exception that a callee raises inside a try block of ``text``'s
     functions (those ``differentiated(symbol)`` accepts) leave the derivative
     as an UnsupportedError instead of reaching the handler. The derivative of a
     call that stopped half-way (its tape, a rule's residuals) is not there for
     the reverse sweep to undo: catching it crashed or gave garbage. A ``raise``
     in the function itself stays caught (its reverse is the path taken).
-    Returns the text and the symbols with a try block left as they were."""
+    ``lowered(symbol)`` is the function's ``Lowered`` or None. Returns the
+    text and the symbols with a try block left as they were."""
     if not _TRY_ENTERED.search(text):
         return text, set()
     from .memory import static_exception
@@ -484,7 +491,7 @@ def _refuse_caught_exceptions(text: str, lowered: dict, differentiated) -> tuple
         if not differentiated(symbol):
             skipped.add(symbol)
             continue
-        low = lowered.get(symbol)
+        low = lowered(symbol)
         if low is None and dispatcher_of(symbol) is not None:
             low = Lowered(*dispatcher_of(symbol))
         name = low.name if low is not None else demangle(symbol)
@@ -577,9 +584,10 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
     calls: for the functions ``root`` reaches, and in ``hvp``, which
     differentiates glue again, for those the glue reaches too). Returns the
     module and the ``OriginalBlocks`` of its functions."""
-    lowered.setdefault(root.symbol, root)
-    text, as_primal = _refuse_caught_exceptions(
-        _inlinable(_hoist_tuple_item_slots(_raw_text(root))), lowered, lambda symbol: True)
+    def lowered_of(symbol):
+        return root if symbol == root.symbol else lowered.get(symbol)
+
+    text, as_primal = _prepared(_raw_text(root), lowered_of, lambda symbol: True)
     module = llvm.parse_assembly(cgutils.normalize_ir_text(text))
     linked, references = {root.symbol}, _references_by_function(text)
     texts = dict.fromkeys(references, text)
@@ -612,9 +620,8 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
             if text is None:
                 continue     # an external symbol: rules decide about it later
             # (the glue of rules runs as it is, unless differentiated again)
-            text, skipped = _refuse_caught_exceptions(
-                _inlinable(_hoist_tuple_item_slots(text)), lowered,
-                lambda symbol: mode == "hvp" or symbol in differentiated)
+            text, skipped = _prepared(text, lowered_of,
+                                      lambda symbol: mode == "hvp" or symbol in differentiated)
             as_primal |= skipped
             other = llvm.parse_assembly(cgutils.normalize_ir_text(text))
             for fn_name, names in _references_by_function(text).items():
@@ -629,10 +636,10 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
             added = True
         if not added:
             break
-    if mode != "hvp" and as_primal & _reached(module, root.symbol, references):
-        name = demangle(sorted(as_primal & _reached(module, root.symbol, references))[0])
-        raise UnsupportedError(f"try/except in function '{name}', which both the function "
-                               f"and the glue of a derivative rule call")
+    both = as_primal & _reached(module, root.symbol, references) if as_primal else ()
+    if mode != "hvp" and both:
+        raise UnsupportedError(f"try/except in function '{demangle(min(both))}', which both "
+                               f"the function and the glue of a derivative rule call")
     return _resolve_mutual_recursion(module), OriginalBlocks(texts)
 
 
