@@ -23,38 +23,24 @@ def _variant(py_func) -> str:
     return "[2]" if cells.get("expfn") is np.exp2 else "[e]"
 
 
-def _logaddexp_fwd(x, y):
-    r = np.logaddexp(x, y)
-    return r, (x, y, r)
+def _rules(logaddexp, exp):
+    """fwd, bwd, jvp of ``logaddexp`` (r = log(exp(x) + exp(y)) in the base of ``exp``)."""
+    def fwd(x, y):
+        r = logaddexp(x, y)
+        return r, (x, y, r)
 
+    def bwd(res, g):
+        x, y, r = res
+        return g * exp(x - r), g * exp(y - r)
 
-def _logaddexp_bwd(res, g):
-    x, y, r = res
-    return g * np.exp(x - r), g * np.exp(y - r)
+    def jvp(primals, tangents):
+        (x, y), (dx, dy) = primals, tangents
+        r = logaddexp(x, y)
+        return r, exp(x - r) * dx + exp(y - r) * dy
 
-
-def _logaddexp_jvp(primals, tangents):
-    (x, y), (dx, dy) = primals, tangents
-    r = np.logaddexp(x, y)
-    return r, np.exp(x - r) * dx + np.exp(y - r) * dy
-
-
-def _logaddexp2_fwd(x, y):
-    r = np.logaddexp2(x, y)
-    return r, (x, y, r)
-
-
-def _logaddexp2_bwd(res, g):
-    x, y, r = res
-    return g * np.exp2(x - r), g * np.exp2(y - r)
-
-
-def _logaddexp2_jvp(primals, tangents):
-    (x, y), (dx, dy) = primals, tangents
-    r = np.logaddexp2(x, y)
-    return r, np.exp2(x - r) * dx + np.exp2(y - r) * dy
+    return fwd, bwd, jvp
 
 
 builtin_variants(_MODULE, _IMPL, _variant)
-builtin_vjp(_MODULE, _IMPL + "[e]", _logaddexp_fwd, _logaddexp_bwd, _logaddexp_jvp)
-builtin_vjp(_MODULE, _IMPL + "[2]", _logaddexp2_fwd, _logaddexp2_bwd, _logaddexp2_jvp)
+builtin_vjp(_MODULE, _IMPL + "[e]", *_rules(np.logaddexp, np.exp))
+builtin_vjp(_MODULE, _IMPL + "[2]", *_rules(np.logaddexp2, np.exp2))
