@@ -195,11 +195,13 @@ def _array_shadow_pairs(args, positions):
 
 
 def _check_shadows_apart(pairs):
-    conflict = conflicting_shadows(pairs) if len(pairs) > 1 else None
+    held = {label for label, _, _ in pairs if isinstance(label, str)}
+    conflict = conflicting_shadows(pairs, held) if len(pairs) > 1 else None
     if conflict is not None:
-        raise ValueError(f"arguments {conflict[0]} and {conflict[1]}: the shadows share "
-                         f"memory but the arrays do not share it alike, so derivatives of "
-                         f"distinct elements would mix; pass distinct shadows")
+        raise ValueError(f"arguments {conflict[0]} and {conflict[1]}: the arrays and their "
+                         f"shadows do not share memory alike, so derivatives of distinct "
+                         f"elements would mix or those of one element split; give an array "
+                         f"held twice the same shadow twice (enzpy.zeros_like does)")
 
 
 def _is_float_scalar(x) -> bool:

@@ -146,29 +146,34 @@ def strided_like(x: np.ndarray) -> np.ndarray:
                       strides=x.strides)
 
 
-def zeros_like(obj):
+def zeros_like(obj, _shadows=None):
     """A zero shadow for ``obj``: a float array (with ``obj``'s strides), a
     float, or a container (tuple, named tuple, list, jitclass object) of the
     same shape whose float leaves are zero; integers and other values that
-    carry no derivative are kept as they are."""
+    carry no derivative are kept as they are. An array held twice gets one
+    shadow, held twice alike."""
+    shadows = {} if _shadows is None else _shadows
     if isinstance(obj, np.ndarray):
-        return strided_like(obj)
+        if id(obj) not in shadows:
+            shadows[id(obj)] = (obj, strided_like(obj))      # (obj kept: ids stay unique)
+        return shadows[id(obj)][1]
     if isinstance(obj, (float, np.floating)):
         return type(obj)(0.0)
     if isinstance(obj, tuple):
-        items = [zeros_like(v) for v in obj]
+        items = [zeros_like(v, shadows) for v in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
     if isinstance(obj, list):
-        return [zeros_like(v) for v in obj]
+        return [zeros_like(v, shadows) for v in obj]
     fields = _object_fields(obj)
     if fields is not None:
         shadow = _blank_like(obj)
         for name in fields:
-            setattr(shadow, name, zeros_like(getattr(obj, name)))
+            setattr(shadow, name, zeros_like(getattr(obj, name), shadows))
         return shadow
     if isinstance(obj, (int, bool, np.integer, np.bool_, str, type(None))):
         return obj
     raise TypeError(f"zeros_like: no shadow for a {type(obj).__name__}")
+
 
 def arrays_in(obj):
     """The NumPy arrays ``obj`` is or holds: in tuples, lists, typed lists and
@@ -201,16 +206,21 @@ def share_memory(a: np.ndarray, b: np.ndarray) -> bool:
         return True
 
 
-def conflicting_shadows(pairs):
+def conflicting_shadows(pairs, held=()):
     """Positions (i, j) of two arrays, among (position, array, shadow)
     ``pairs``, whose shadows share memory in a way their arrays do not (so
     derivatives of distinct elements would mix), or None. Shadows may share
-    memory as their arrays do (the same array passed twice with its shadow)."""
+    memory as their arrays do (the same array passed twice with its shadow).
+    Arrays at positions in ``held`` (inside containers, where no alias check
+    separates a write from a read) that share memory must have shadows that
+    share it alike."""
     for k, (i, x, dx) in enumerate(pairs):
         for j, y, dy in pairs[k + 1:]:
-            if share_memory(dx, dy) and not (
-                    dx.strides == x.strides and dy.strides == y.strides and
-                    dx.ctypes.data - dy.ctypes.data == x.ctypes.data - y.ctypes.data):
+            alike = dx.strides == x.strides and dy.strides == y.strides and \
+                dx.ctypes.data - dy.ctypes.data == x.ctypes.data - y.ctypes.data
+            if alike:
+                continue
+            if share_memory(dx, dy) or ((i in held or j in held) and share_memory(x, y)):
                 return i, j
     return None
 
