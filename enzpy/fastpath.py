@@ -76,8 +76,10 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
             lines.append(f"    if type({v}) is not {bind(type(x), 't')}: return MISS")
             return True
         if type(x) is np.ndarray and x.dtype.fields is None:
-            # (its dtype, dimensions and layout: the entry's dispatch)
-            lines.append(f"    if type({v}) is not ndarray: return MISS")
+            # (its dimensions and layout: the entry's dispatch. The dtype object too:
+            # Numba's dispatch once took a byte-swapped float64 for a native one.)
+            lines.append(f"    if type({v}) is not ndarray or {v}.dtype is not "
+                         f"{bind(x.dtype, 'dtype')}: return MISS")
             return True
         return False
 
@@ -99,8 +101,9 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
             lines.append(f"    {d} = a{i}.dval")
             if type(x) is np.ndarray:
                 # (its dtype and that it is writeable: the entry's dispatch)
-                lines.append(f"    if type({d}) is not ndarray or {d}.shape != {v}.shape or "
-                             f"{d}.strides != {v}.strides: return MISS")
+                lines.append(f"    if type({d}) is not ndarray or {d}.dtype is not {v}.dtype "
+                             f"or {d}.shape != {v}.shape or {d}.strides != {v}.strides: "
+                             f"return MISS")
                 lines += checked_while_same("apart", [v, d],
                                             [f"share({v}, {d}) or overlapping({v})"])
             elif type(dx) in _SCALAR_TYPES:

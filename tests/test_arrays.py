@@ -602,6 +602,25 @@ def test_duplicated_array_of_another_float_dtype_gets_fitting_advice(dtype, advi
 
 
 @njit
+def _sine_sum(x):
+    return np.sin(x).sum()
+
+
+@pytest.mark.parametrize("mode", [Reverse, enzpy.Forward])
+def test_a_byte_swapped_array_after_a_cached_call_is_refused(mode):
+    """Numba's dispatch takes a big-endian float64 array for the unaligned one it saw
+    last: the cached call path read its bytes swapped (a wrong derivative)."""
+    x = np.array([0.3, 0.6, 0.9])
+    raw = np.zeros(3 * 8 + 1, np.uint8)
+    unaligned = raw[1:].view(np.float64)
+    unaligned[:] = x
+    for _ in range(2):          # (the second call takes the cached path)
+        autodiff(mode, _sine_sum, Duplicated(unaligned, np.zeros(3)))
+    with pytest.raises(TypeError, match=r"astype\(np.float64\)"):
+        autodiff(mode, _sine_sum, Duplicated(x.astype(">f8"), np.zeros(3)))
+
+
+@njit
 def scale_into(x, out, a):
     for i in range(x.shape[0]):
         out[i] = x[i] * a
