@@ -13,6 +13,7 @@ from numba import types
 
 from .api import (_ANNOTATIONS, Active, Annotation, Const, Duplicated, Forward, Reverse,
                   _check_aliases, _dispatcher, _is_float_scalar, _signature_key, autodiff)
+from .arguments import arrays_in
 from .cache import STATS
 from .errors import UnsupportedError
 from .pipeline import build, entries
@@ -226,6 +227,15 @@ def _differentiable(v) -> bool:
                                    (np.float32, np.float64))
 
 
+def _holds_floats(v) -> bool:
+    """A container (tuple, list, dictionary, jitclass object) with float leaves."""
+    if isinstance(v, np.ndarray):
+        return False
+    if isinstance(v, (tuple, list)):
+        return any(_differentiable(x) or _holds_floats(x) for x in v)
+    return any(a.dtype.kind == "f" for a in arrays_in(v))
+
+
 def _check_cotangent(g, out, where="g"):
     if isinstance(out, tuple):
         if not isinstance(g, tuple) or len(g) != len(out):
@@ -275,6 +285,12 @@ def vjp(f, *args):
                             f"differentiated), not {type(a).__name__}")
     wrt = [i for i, (a, v) in enumerate(zip(args, values))
            if type(a) is not Const and _differentiable(v)]
+    for i, (a, v) in enumerate(zip(args, values)):
+        if type(a) is not Const and i not in wrt and _holds_floats(v):
+            raise TypeError(f"vjp: argument {i} ({type(v).__name__}) holds floats, and vjp "
+                            f"differentiates float scalars and float arrays passed "
+                            f"themselves: pass its arrays as arguments of their own, or wrap "
+                            f"it in Const(...) to leave it undifferentiated")
     out = disp(*[v.copy() if isinstance(v, np.ndarray) else v for v in values])
     if not _cotangent_shaped(out):
         raise UnsupportedError(f"vjp: '{getattr(disp, '__name__', disp)}' returns "

@@ -168,3 +168,21 @@ def _doubled(x):
 @njit
 def _square_sum(x):
     return (x * x).sum()
+
+
+@njit
+def _pair_product(t, s):
+    return t[0] * t[1] * s
+
+
+def test_an_argument_holding_floats_is_refused_not_left_undifferentiated():
+    """A tuple of arrays got None, as if it were Const: now a TypeError that says what to do;
+    Const(...) keeps it undifferentiated on purpose."""
+    a, b = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    with pytest.raises(TypeError, match="argument 0 \\(tuple\\) holds floats"):
+        enzpy.vjp(_pair_product, (a, b), 1.1)
+    with pytest.raises(TypeError, match="argument 0 \\(list\\) holds floats"):
+        enzpy.vjp(_pair_product, [a, b], 1.1)
+    out, pullback = enzpy.vjp(_pair_product, Const((a, b)), 1.1)
+    ct, cs = pullback(np.ones(2))
+    assert ct is None and cs == pytest.approx((a * b).sum())
