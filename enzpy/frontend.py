@@ -20,6 +20,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 
 import numba
@@ -369,8 +370,28 @@ def demangle(symbol: str) -> str:
     return _ESCAPES.sub(lambda m: _unescape(m.group(0)), name)
 
 
+# A twin of each dispatcher compiled eagerly (with signatures: Numba compiles
+# nothing more for it), which compiles for the arguments' exact types.
+_twins: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _compilable(dispatcher):
+    """``dispatcher``, or for one with eager signatures a twin of the same
+    function and options: the user's dispatcher keeps only its signatures, and
+    the derivative is of the same code, typed for the arguments given."""
+    if dispatcher._can_compile:
+        return dispatcher
+    twin = _twins.get(dispatcher)
+    if twin is None:
+        options = {k: v for k, v in dispatcher.targetoptions.items() if k != "nopython"}
+        twin = _twins[dispatcher] = numba.njit(**options)(dispatcher.py_func)
+    return twin
+
+
 def lower(dispatcher, argtypes) -> Lowered:
     argtypes = tuple(argtypes)
+    if argtypes not in dispatcher.overloads:
+        dispatcher = _compilable(dispatcher)
     if argtypes not in dispatcher.overloads:
         try:
             dispatcher.compile(argtypes)

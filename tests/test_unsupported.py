@@ -604,6 +604,32 @@ def test_candidate_is_differentiated(f, make_args):
     assert check.worst_relative_error < 1e-6, check
 
 
+# -- functions compiled eagerly, with a signature ------------------------------------------
+@njit("float64(float64[:], float64)")
+def eager_weighted_squares(x, k):
+    return (x * x).sum() * k
+
+
+@njit("float64(float64)")
+def eager_cube(x):
+    return x * x * x
+
+
+def test_a_function_compiled_with_a_signature_is_differentiated():
+    """Numba compiles nothing more for it (``RuntimeError: compilation disabled`` leaked from
+    enzpy); the derivative is of the same code, typed for the arguments given, and the
+    function keeps only its own signatures."""
+    x = np.array([0.3, 0.6, 0.9])
+    dx = np.zeros(3)
+    autodiff(Reverse, eager_weighted_squares, Duplicated(x, dx), Const(2.0))
+    np.testing.assert_allclose(dx, 4 * x, rtol=1e-12)
+    (t,) = autodiff(enzpy.Forward, eager_weighted_squares, Duplicated(x, np.ones(3)), Const(2.0))
+    assert t == pytest.approx(4 * x.sum(), rel=1e-12)
+    (d,), = autodiff(Reverse, eager_cube, Active(np.float32(2.0)))
+    assert d == pytest.approx(12.0, rel=1e-6)
+    assert len(eager_weighted_squares.signatures) == 1 and len(eager_cube.signatures) == 1
+
+
 # -- an exception a call raises inside a try block -----------------------------------------
 @njit
 def _checked_sqrt(x):
