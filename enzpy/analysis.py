@@ -59,8 +59,11 @@ class Loop:
 
 
 class ControlFlow:
-    def __init__(self, fn: Function):
+    def __init__(self, fn: Function, functions=None, failures_propagate=False):
         self.fn = fn
+        self.functions = functions or {}     # the module's definitions, by name
+        # whether every caller fails when ``fn`` does (see failing_edges)
+        self.failures_propagate = failures_propagate
         self.graph = nx.DiGraph()
         self.graph.add_nodes_from(b.name for b in fn.blocks)
         # Predecessor edges in order, one per CFG edge (a switch may have two
@@ -165,6 +168,136 @@ class ControlFlow:
     @cached_property
     def exits(self) -> list:
         return [b.name for b in self.fn.blocks if b.terminator.opcode == "ret"]
+
+    # -- the edges a reverse sweep can come back through ------------------------
+    # Numba's functions return a status: 0 (or -2, returning None) when they
+    # succeed; any other status is an exception, which Numba's callers propagate
+    # (enzpy refuses the callers that catch one: frontend._refuse_caught_exceptions;
+    # a parallel loop's wrapper does not propagate), and enzpy runs a reverse
+    # sweep only after its root call succeeded. So the reverse of a function all
+    # of whose callers propagate (``propagates_failure``: one derivative for
+    # them, another for the others) is entered only at an exit that succeeded:
+    # an edge into an exit on which the status returned is an exception needs
+    # no record, and its exit none either.
+    @cached_property
+    def failing_edges(self) -> frozenset:
+        """The ``exceptions_returned`` a reverse sweep never starts at: all of
+        them when every caller propagates them, else none."""
+        return self.exceptions_returned if self.failures_propagate else frozenset()
+
+    @cached_property
+    def exceptions_returned(self) -> frozenset:
+        """(pred, exit) edges on which the function surely returns an exception
+        (a constant status other than 0 and -2, or a callee's status on the
+        way Numba propagates it); ``(None, exit)`` for an exit that fails
+        however it is entered."""
+        if not numba_convention(self.fn):
+            return frozenset()
+        failing = set()
+        for x in self.exits:
+            status = self.fn.block_map[x].terminator.operands[0]
+            ins = self.fn.defs.get(status.name) if status.kind == "inst" else None
+            if ins is not None and ins.opcode == "phi" and ins.block.name == x:
+                failing.update((p, x) for v, p in ins.incoming
+                               if _fails(v) or self._enters_failing(p, v, x))
+            elif _fails(status) or self._enters_failing(None, status, x):
+                failing.add((None, x))
+        return frozenset(failing)
+
+    def _enters_failing(self, pred, status: Value, x: str) -> bool:
+        """Whether ``status`` is a failing callee status when control goes from
+        ``pred`` to ``x`` (``pred`` None: however ``x`` is entered): the edge,
+        or the only edge into ``pred``, is the way a test of it goes on failure."""
+        edges = [(pred, x)] if pred is not None else []
+        block = pred if pred is not None else x
+        if len(self.pred_edges[block]) == 1:
+            edges.append((self.pred_edges[block][0], block))
+        return any(self._on_failure(self.fn.block_map[source].terminator, status) == target
+                   for source, target in edges)
+
+    def _on_failure(self, term: Instruction, status: Value):
+        """Where ``term`` goes when ``status`` (a callee's) is a failure, if it
+        tests it as Numba does: a switch with cases 0 and -2, or a branch on
+        ``status == 0`` when the callee never returns -2."""
+        if status.kind != "inst":
+            return None
+        if term.opcode == "switch" and term.operands[0] == status:
+            default = term.targets[0]
+            if all(t != default for _, t in term.cases) and \
+                    {c for c, _ in term.cases} >= {"i32 0", "i32 -2"}:
+                return default
+        if term.opcode == "br" and len(term.targets) == 2 and term.targets[0] != term.targets[1]:
+            test = self.fn.defs.get(term.operands[0].name)
+            if test is not None and test.opcode == "icmp" and test.predicate in ("eq", "ne") \
+                    and test.operands[0] == status and test.operands[1].ref == "0" \
+                    and not self._may_return_none(status):
+                return term.targets[1] if test.predicate == "eq" else term.targets[0]
+        return None
+
+    def _may_return_none(self, status: Value) -> bool:
+        """Unless the callee's definition says its status lies in a range without -2."""
+        call = self.fn.defs.get(status.name)
+        callee = self.functions.get(call.callee) if call.opcode == "call" else None
+        m = re.search(r"\brange\(i32 (-?\d+), (-?\d+)\)", callee.attributes) if callee else None
+        if m is None:
+            return True
+        low, high = int(m.group(1)), int(m.group(2))
+        return low <= -2 < high if low < high else (-2 >= low or -2 < high)
+
+    @cached_property
+    def doomed(self) -> frozenset:
+        """Blocks from which every path returns an exception."""
+        failing = self.exceptions_returned
+        doomed = {x for x in self.exits if (None, x) in failing}
+        changed = True
+        while changed:
+            changed = False
+            for b in self.fn.blocks:
+                succs = b.successors
+                if b.name not in doomed and succs and all(
+                        s in doomed or (b.name, s) in failing for s in succs):
+                    doomed.add(b.name)
+                    changed = True
+        return frozenset(doomed)
+
+    def propagates_failure(self, call: Instruction) -> bool:
+        """Whether the function fails whenever ``call`` (of a function returning
+        Numba's status) fails, as the reverse sweep of the callee assumes: the
+        status is tested as Numba does, and a failure leads to a return of an
+        exception."""
+        status = call.value
+        if any(u.opcode == "ret" and u.block is call.block
+               for u in self.fn.users.get(call.name, ())):
+            return True             # returned as it is (a tangent function's call)
+        tests = [u for t in self.fn.users.get(call.name, ()) if call.name
+                 for u in ([t] if t.opcode == "switch" else
+                           self.fn.users.get(t.name, ()) if t.opcode == "icmp" else ())]
+        for term in tests:
+            target = self._on_failure(term, status)
+            if target is not None and (target in self.doomed or
+                                       (term.block.name, target) in self.exceptions_returned):
+                return True
+        return False
+
+    def reverse_preds(self, block: str) -> list:
+        """The predecessors a reverse sweep can go back to from ``block``."""
+        return [p for p in self.preds(block) if (p, block) not in self.failing_edges]
+
+    @cached_property
+    def returning_exits(self) -> list:
+        """The exits at which a reverse sweep can start (see failing_edges)."""
+        return [x for x in self.exits if (None, x) not in self.failing_edges
+                and (self.reverse_preds(x) or not self.pred_edges[x])]
+
+
+def numba_convention(fn: Function) -> bool:
+    """Whether ``fn`` returns a status as Numba's functions do."""
+    return fn.return_type == "i32" and len(fn.args) >= 2 and fn.args[1].name == "excinfo"
+
+
+def _fails(status: Value) -> bool:
+    return (status.kind == "const" and re.fullmatch(r"-?\d+", status.ref) is not None
+            and status.ref not in ("0", "-2"))
 
 
 class Activity:

@@ -47,7 +47,9 @@ class AugmentedForward:
                         Value(str(self.shadow_memory_bytes), "i64", "const"),
                         Value("false", "i1", "const")])
             if self._needs_edge(b):
-                edges = ", ".join(f"[ {self.cfg.preds(b.name).index(p)}, {local(p)} ]"
+                # (an edge the reverse sweep never comes back through records 0)
+                back = self.cfg.reverse_preds(b.name)
+                edges = ", ".join(f"[ {back.index(p) if p in back else 0}, {local(p)} ]"
                                   for p in self.cfg.pred_edges[b.name])
                 e.emit(f"{local('~edge.' + b.name)} = phi i32 {edges}")
             loop = self.loops.get(b.name)
@@ -192,10 +194,10 @@ class AugmentedForward:
             self.e, [self._forward_value(key) for key in pushed], local("~edge." + b.name))
 
     def _push_frame(self, b, slots):
-        if not self._frame_recorded():
+        exits = self.cfg.returning_exits
+        if not self._frame_recorded() or b.name not in exits:
             return
         e = self.e
         values = [e.define(ty, f"load {ty}, ptr {local(slots[key])}").ref
                   for key, ty in self.frame.items()]
-        TapeRecord(self.frame.values(), len(self.cfg.exits) > 1).push(
-            e, values, str(self.cfg.exits.index(b.name)))
+        TapeRecord(self.frame.values(), len(exits) > 1).push(e, values, str(exits.index(b.name)))

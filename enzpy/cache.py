@@ -207,7 +207,7 @@ class ModuleBuilder:
         return True
 
     def derivative(self, symbol, activity, atomic=False, stable=frozenset(),
-                   nonnull=frozenset()):
+                   nonnull=frozenset(), failures_propagate=True):
         """The derivative of ``symbol`` for ``activity``; ``atomic``: its
         reverse accumulates into shadow memory atomically (it runs on several
         threads at once: the body of a parallel loop, and its callees);
@@ -215,9 +215,11 @@ class ModuleBuilder:
         during the call (``stable_operands``), which a rule's reverse may read
         again instead of recording; ``nonnull``: the indices of 'dup' parameters
         whose shadows are never null (the root's array data, which the entry
-        passes; see ``root_nonnull``)."""
+        passes; see ``root_nonnull``); ``failures_propagate``: whether the caller
+        fails whenever the call does (``ControlFlow.failing_edges``; the entry
+        does)."""
         key = (self.mode, symbol, tuple(activity), atomic, self._memory_facts(symbol), stable,
-               nonnull)
+               nonnull, failures_propagate)
         if self._generating:
             self._caller.setdefault(symbol, self._generating[-1].fn.name)
         found = self.derivatives.get(key)
@@ -241,7 +243,8 @@ class ModuleBuilder:
                 split_loop_exits(fn)
                 untie_carried_selects(fn)
                 split_mixed_stores(fn)
-                found = FunctionDerivative(fn, activity, index, atomic, stable, nonnull)
+                found = FunctionDerivative(fn, activity, index, atomic, stable, nonnull,
+                                           failures_propagate)
             self.derivatives[key] = found
             self._pending.append(found)
         return found

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from . import blas, rules
-from .analysis import Activity, ControlFlow, pointee_kinds, pointer_roots
+from .analysis import Activity, ControlFlow, numba_convention, pointee_kinds, pointer_roots
 from .errors import UnsupportedError
 from .frontend import demangle
 from .ir import contains_float, is_float_type
@@ -35,7 +35,8 @@ class DerivativeGenerator:
         self.d = deriv
         self.fn = deriv.fn
         self.describe = describe      # (function name, instruction) -> " in function 'f' ..."
-        self.cfg = ControlFlow(self.fn)
+        self.cfg = ControlFlow(self.fn, builder.module.functions,
+                               getattr(deriv, "failures_propagate", False))
         self.act = Activity(self.fn, deriv.activity, builder.call_propagates)
         self.calls = {}               # id(call instruction) -> callee derivative
         self._shadows_never_null = {}  # instruction name -> its shadow is never null
@@ -187,6 +188,12 @@ class DerivativeGenerator:
         return ins.opcode == "call" and self.builder.differentiable_callee(ins.callee) and any(
             self.act.is_shadowed(a) or self.act.is_active(a) for a in ins.args)
 
+    def _failures_propagate(self, ins) -> bool:
+        """Whether this function fails when the call ``ins`` does (always, for a
+        callee without Numba's status)."""
+        callee = self.builder.module.functions.get(ins.callee)
+        return callee is None or not numba_convention(callee) or self.cfg.propagates_failure(ins)
+
     def _callee_activity(self, ins):
         return tuple("dup" if self.act.is_shadowed(a) else
                      "active" if self.act.is_active(a) and is_float_type(a.type) else "const"
@@ -202,5 +209,6 @@ class DerivativeGenerator:
             self.builder.user_args.setdefault(ins.callee, set()).update(passed)
             self.calls[key] = self.builder.derivative(
                 ins.callee, self._callee_activity(ins), getattr(self.d, "atomic", False),
-                self.builder.stable_operands(self.fn, ins))
+                self.builder.stable_operands(self.fn, ins),
+                failures_propagate=self._failures_propagate(ins))
         return self.calls[key]

@@ -175,7 +175,7 @@ class Function:
     return_type: str
     args: list                 # [Value]
     blocks: list
-    attributes: str = ""
+    attributes: str = ""       # what the definition says before the name (text reader)
 
     def __post_init__(self):
         self.block_map = {b.name: b for b in self.blocks}
@@ -302,7 +302,8 @@ def read_function(fn) -> Function:
     args = [Value(local(a.name), str(a.type), "arg", a.name) for a in fn.arguments]
     blocks = [Block(b.name, [read_instruction(i) for i in b.instructions]) for b in fn.blocks]
     return_type = str(fn.global_value_type).split(" (", 1)[0]
-    return Function(fn.name, return_type, args, blocks)
+    header = next(line for line in str(fn).splitlines() if line.startswith("define"))
+    return Function(fn.name, return_type, args, blocks, header.split("@", 1)[0][len("define"):])
 
 
 @contextlib.contextmanager

@@ -396,6 +396,6 @@ def read_module_text(text: str) -> Module:
                     blocks.append(current)
                 current.instructions.append(reader.instruction(stripped))
                 i += 1
-            functions[name] = Function(name, return_type, reader.args, blocks)
+            functions[name] = Function(name, return_type, reader.args, blocks, header)
         i += 1
     return Module(functions, declarations, text)

@@ -81,11 +81,14 @@ class FunctionDerivative:
     """Names and signature of one (function, activity) derivative pair."""
 
     def __init__(self, fn, activity, index, atomic=False, stable=frozenset(),
-                 nonnull=frozenset()):
+                 nonnull=frozenset(), failures_propagate=True):
         self.fn = fn
         self.activity = tuple(activity)
         self.atomic = atomic
         self.stable = stable
+        # every caller fails when this function does: its reverse starts only
+        # at exits at which it succeeded (ControlFlow.failing_edges)
+        self.failures_propagate = failures_propagate
         # the 'dup' parameters whose shadows every caller passes non-null
         self.nonnull_shadows = {shadow_name(fn.args[k].name) for k in nonnull}
         base = f"enzpy.d{index}.{fn.name}"
@@ -542,13 +545,16 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
     def _frame_recorded(self) -> bool:
         """A call records its frame (values kept outside loops, and the exit it
         left by when there are several) unless there is nothing to tell."""
-        return bool(self.frame) or len(self.cfg.exits) > 1
+        return bool(self.frame) or len(self.cfg.returning_exits) > 1
 
     def _pop_frame(self, e):
-        exits = self.cfg.exits
+        exits = self.cfg.returning_exits
         if self._frame_recorded():
             TapeRecord(self.frame.values(), len(exits) > 1).pop(
                 e, [local(f"~fr.{key[0]}.{key[1]}") for key in self.frame], local("~exit.id"))
+        if not exits:
+            e.emit("unreachable")           # the function never succeeds: no reverse
+            return
         if len(exits) == 1:
             e.emit(f"br label {local('~rev.' + exits[0])}")
             return
@@ -572,7 +578,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
 
     def _needs_edge(self, b) -> bool:
         """Whether the edge into ``b`` must be recorded (it cannot be recomputed)."""
-        return len(self.cfg.preds(b.name)) > 1 and b.name not in self.loops \
+        return len(self.cfg.reverse_preds(b.name)) > 1 and b.name not in self.loops \
             and self.cfg.edge_condition(b.name) is None
 
     def _edge_index(self, b) -> str:
@@ -582,7 +588,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         if loop is not None:
             # Count down: the first iteration came from the preheader.
             e = self.e
-            preds = self.cfg.preds(b.name)
+            preds = self.cfg.reverse_preds(b.name)
             k = self._counter(b.name)
             first = e.define("i1", f"icmp eq i64 {k.ref}, 0")
             e.emit(f"store i64 {e.define('i64', f'sub i64 {k.ref}, 1').ref}, "
@@ -590,7 +596,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
             return e.define("i32", f"select i1 {first.ref}, i32 {preds.index(loop.preheader)}, "
                                    f"i32 {preds.index(loop.latch)}").ref
         br, if_true, if_false = self.cfg.edge_condition(b.name)
-        preds = self.cfg.preds(b.name)
+        preds = self.cfg.reverse_preds(b.name)
         cond = self.primal(br.operands[0], b.name)
         return self.e.define("i32", f"select i1 {cond.ref}, i32 {preds.index(if_true)}, "
                                     f"i32 {preds.index(if_false)}").ref
@@ -599,7 +605,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
         """pred -> [(header, count)]: loops the reverse sweep enters through
         the edge pred -> b, with their recorded trip count."""
         entries = {}
-        for pred in self.cfg.preds(b.name):
+        for pred in self.cfg.reverse_preds(b.name):
             for h in self._loops_at.get(pred, ()):
                 if b.name not in self.loops[h].body:
                     count = self._trip_count(h, b.name)
@@ -629,7 +635,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
 
     def _dispatch(self, b):
         e = self.e
-        preds = self.cfg.preds(b.name)
+        preds = self.cfg.reverse_preds(b.name)
         if not preds:
             e.emit(f"br label {local('~exit')}")
             return
@@ -660,7 +666,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
     def _multi_entry_loops(self) -> dict:
         exiting = {}
         for b in self.fn.blocks:
-            for p in self.cfg.preds(b.name):
+            for p in self.cfg.reverse_preds(b.name):
                 for h in self._loops_at.get(p, ()):
                     if b.name not in self.loops[h].body:
                         exiting.setdefault(h, set()).add(p)
