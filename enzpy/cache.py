@@ -29,6 +29,7 @@ from .forward import FORWARD_RUNTIME, ForwardDerivative, ForwardGenerator
 from .irtext import definitions
 from .reverse import FunctionDerivative, ReverseGenerator
 from .runtime import FREE_SHADOW_FUNCTION, MEMORY_RUNTIME, RESIZE_SHADOW_FUNCTION
+from .special import SPECIAL_RUNTIME
 from .tape import (ACQUIRE, ARENA_ALLOWED_FIELD, EXCINFO_FIELD, FREE, PEAK_FIELD, RUNTIME,
                    SINK_WRITE, STATUS_FIELD, TAPE_TYPE)
 
@@ -152,8 +153,8 @@ class ModuleBuilder:
         """Calls to this function are differentiated through its own aug/rev pair.
         (Freeing a first-order shadow list, in hvp, is a runtime call: forward mode
         frees its tangent beside it.)"""
-        if name == FREE_SHADOW_FUNCTION:
-            return False
+        if name == FREE_SHADOW_FUNCTION or rules.has_rule(name):
+            return False        # (enzpy's special functions, read back for second order)
         return name in self.module.functions or rule_for(name, self.module)[0] is not None
 
     def data_pointer_type(self, symbol, index):
@@ -440,8 +441,10 @@ _RUNTIME_PURPOSE = {
 
 # The helpers derivative code calls, by name.
 _REVERSE_RUNTIME = {**definitions(RUNTIME), **definitions(MEMORY_RUNTIME),
-                    **definitions(BLAS_RUNTIME), **definitions(DISCARD)}
-_FORWARD_RUNTIME = {**definitions(FORWARD_RUNTIME), **definitions(BLAS_RUNTIME)}
+                    **definitions(BLAS_RUNTIME), **definitions(DISCARD),
+                    **definitions(SPECIAL_RUNTIME)}
+_FORWARD_RUNTIME = {**definitions(FORWARD_RUNTIME), **definitions(BLAS_RUNTIME),
+                    **definitions(SPECIAL_RUNTIME)}
 
 
 def _slot(ret_slot_type) -> str:

@@ -15,6 +15,7 @@ import re
 
 from .emitter import LN2, LN10, TWO_OVER_SQRT_PI
 from .errors import UnsupportedError
+from .special import DIGAMMA, TRIGAMMA
 
 ONE = "one"
 MINUS_ONE = "minus_one"
@@ -109,6 +110,18 @@ def _over_hypot(e, v, r):
 rule("hypot", lambda e, x, y, r: _over_hypot(e, x, r), lambda e, x, y, r: _over_hypot(e, y, r))
 rule("erf", lambda e, x, r: e.scale(e.exp(e.fneg(e.square(x))), TWO_OVER_SQRT_PI))
 rule("erfc", lambda e, x, r: e.scale(e.exp(e.fneg(e.square(x))), -TWO_OVER_SQRT_PI))
+
+
+def _special(e, name, x):
+    """enzpy's double-precision special function ``name`` at ``x`` (see special.py)."""
+    if x.type == "double":
+        return e.call(name, "double", [x])
+    return e.cast("fptrunc", e.call(name, "double", [e.cast("fpext", x, "double")]), x.type)
+
+
+rule("lgamma", lambda e, x, r: _special(e, DIGAMMA, x))
+rule("numba_gamma", lambda e, x, r: e.fmul(r, _special(e, DIGAMMA, x)))   # math.gamma
+rule(DIGAMMA, lambda e, x, r: _special(e, TRIGAMMA, x))    # (second order of lgamma)
 rule("fabs", lambda e, x, r: e.copysign(e.const(1.0, x.type), x))
 rule("copysign",
      lambda e, x, y, r: e.fmul(e.copysign(e.const(1.0, x.type), x),
@@ -126,6 +139,7 @@ rule("numba_ldexp",
 # one ulp toward y. Exactly it is a staircase of one-ulp steps; the derivative every
 # difference quotient above an ulp sees, and that keeps np.spacing's at 0, is 1 in x.
 rule("numba_nextafter", lambda e, x, y, r: ONE, None)
+RULES["nextafter"] = RULES["numba_nextafter"]      # math.nextafter: libm's
 
 
 def _first_chosen(e, a, b, r):

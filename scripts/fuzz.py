@@ -143,7 +143,7 @@ UNARY = [
     "math.log(1.0 + ({}) ** 2)", "math.sqrt(1.0 + ({}) ** 2)",
     "({}) ** 2", "({}) ** 3", "abs({})", "max({}, {c})", "min({}, {c})", "(-({}))",
     "np.cos({})", "np.arctan({})", "math.erf({})", "math.hypot({}, {c})",
-    "np.nextafter({}, {c})",
+    "np.nextafter({}, {c})", "math.lgamma(1.5 + ({}) ** 2)", "math.gamma(1.0 + math.sin({}))",
 ]
 BOUNDED = ["math.sin({})", "math.tanh({})", "math.atan({})", "math.cos({})"]
 COMPARE = ["<", ">", "<=", ">="]

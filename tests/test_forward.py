@@ -955,14 +955,14 @@ def test_shadow_mismatch_checked_on_cached_calls_too():
 
 
 @njit
-def uses_gamma(m):
-    return math.gamma(m[0])
+def uses_frexp(m):
+    return math.frexp(m[0])[0]
 
 
 def test_unsupported_is_unsupported_error():
     m = np.ones(3) * 2.0
     with pytest.raises(UnsupportedError):
-        autodiff(Forward, uses_gamma, Duplicated(m, np.ones(3)))
+        autodiff(Forward, uses_frexp, Duplicated(m, np.ones(3)))
 
 
 @njit
