@@ -13,8 +13,9 @@ import numpy as np
 from numba.core.registry import cpu_target
 
 from . import arguments, diskcache, fastpath
-from .arguments import (arrays_in, check_shadow, conflicting_shadows, overlaps_itself,
-                        rebuild_adjoint, share_memory, strided_like)
+from .arguments import (array_fields, arrays_in, check_shadow, conflicting_shadows,
+                        overlaps_itself, rebuild_adjoint, restore_array_fields, share_memory,
+                        strided_like)
 from .cache import STATS
 from .pipeline import build, entries as _entries, fast_paths as _fast_paths
 from .pipeline import reports as _reports, typed_signature
@@ -285,7 +286,14 @@ def _differentiate(mode, f, disp, args):
     values = [a.val if type(a) in _ANNOTATIONS else a for a in args]
     _check_aliases(entry, values)
     shadows, copies = _shadow_values(args, entry.shadow_positions)
+    # A field the function reassigns (o.w = o.w * x) leaves the shadow object's field
+    # on the new array's shadow, spent by the reverse sweep; the derivative is in the
+    # shadow array the field held, which it gets back.
+    held = [(a.dval, array_fields(a.dval)) for a in args
+            if mode.reverse and type(a) is Duplicated and not isinstance(a.val, np.ndarray)]
     out = entry.call(*values, *shadows)
+    for shadow, fields in held:
+        restore_array_fields(shadow, fields)
     if copies:
         for dx, stand_in in copies:
             dx[...] = stand_in

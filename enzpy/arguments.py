@@ -191,6 +191,22 @@ def arrays_in(obj):
             yield from arrays_in(getattr(obj, name))
 
 
+def array_fields(obj) -> list:
+    """(name, array) of the array fields of a jitclass or structref object."""
+    return [(name, value) for name in _object_fields(obj) or ()
+            if isinstance(value := getattr(obj, name), np.ndarray)]
+
+
+def restore_array_fields(obj, fields):
+    """Point the fields of ``obj`` (``array_fields`` before a call) that the
+    call made refer to other memory back to the arrays they held."""
+    for name, array in fields:
+        now = getattr(obj, name)
+        if now.__array_interface__["data"][0] != array.__array_interface__["data"][0] \
+                or now.shape != array.shape:
+            setattr(obj, name, array)
+
+
 _TooHardError = getattr(np, "exceptions", np).TooHardError
 
 

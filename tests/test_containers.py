@@ -290,6 +290,42 @@ def test_duplicated_jitclass_argument():
     assert t == pytest.approx(s ** 2)
 
 
+@njit
+def leapfrog_energy(state, dt, n):
+    """A simulation stepping a jitclass's arrays by reassigning its fields."""
+    for _ in range(n):
+        state.a = state.a + dt * np.sin(state.a) * state.c
+    return (state.a ** 2).sum()
+
+
+def leapfrog_gradient(a, c, dt, n):
+    da, dc = np.ones_like(a), 0.0
+    states = [a]
+    for _ in range(n):
+        states.append(states[-1] + dt * np.sin(states[-1]) * c)
+    g = 2 * states[n]
+    for k in range(n - 1, -1, -1):
+        dc += (g * dt * np.sin(states[k])).sum()
+        g = g * (1 + dt * np.cos(states[k]) * c)
+    return g, dc
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_reassigned_field_gets_its_derivative_in_the_shadow_object(n):
+    # before, the shadow object's field was left on the spent shadow of the last new
+    # array: reading dp.a gave zeros (the derivative was only in the array passed in)
+    p = Params(np.array([0.5, -1.0, 2.0]), 1.5, 0)
+    a0 = p.a.copy()
+    dp = zeros_like(p)
+    passed = dp.a
+    autodiff(Reverse, leapfrog_energy, Duplicated(p, dp), Const(0.1), Const(n))
+    want_a, want_c = leapfrog_gradient(a0, 1.5, 0.1, n)
+    np.testing.assert_allclose(dp.a, want_a, rtol=1e-12)
+    assert dp.a.ctypes.data == passed.ctypes.data
+    assert dp.c == pytest.approx(want_c, rel=1e-12, abs=1e-15)
+    assert n == 0 or not np.array_equal(p.a, a0)        # the primal keeps its new state
+
+
 def test_shadow_object_must_fit():
     p = Params(np.ones(3), 1.0, 0)
     with pytest.raises(TypeError, match="same class"):
