@@ -124,16 +124,33 @@ def _triangle(x, lower, diagonal=1.0):
     return out
 
 
+# NumPy's (and Numba's) cholesky, eigh and eigvalsh read the lower triangle only:
+# their derivatives are those of the symmetric matrix that triangle mirrors, and the
+# upper triangle has none (JAX and PyTorch instead symmetrize, the derivative along
+# symmetric directions only: the same for a matrix symmetric by construction).
 @njit(cache=True)
-def _symmetric_part(x):
-    """(x + x^T) / 2."""
+def _lower_mirrored(x):
+    """The symmetric matrix a routine reading the lower triangle of ``x`` sees."""
     n = x.shape[0]
     out = np.empty((n, n), dtype=x.dtype)
     for i in range(n):
         for j in range(i + 1):
-            v = 0.5 * (x[i, j] + x[j, i])
-            out[i, j] = v
-            out[j, i] = v
+            out[i, j] = x[i, j]
+            out[j, i] = x[i, j]
+    return out
+
+
+@njit(cache=True)
+def _lower_folded(x):
+    """The cotangent of the matrix such a routine was given, from ``x``, that of
+    the symmetric matrix it saw: below the diagonal x_ij + x_ji (the entry was
+    used twice), x_ii on it, and zeros above (never read)."""
+    n = x.shape[0]
+    out = np.zeros((n, n), dtype=x.dtype)
+    for i in range(n):
+        for j in range(i):
+            out[i, j] = x[i, j] + x[j, i]
+        out[i, i] = x[i, i]
     return out
 
 
@@ -384,11 +401,13 @@ def _cholesky_adjoint_block(lower, abar, j0, k0):
 
 @njit(cache=True)
 def _cholesky_adjoint(lower, g):
-    """abar of a = L L^T (symmetric) from Lbar = g (its lower triangle): the
-    blocked reverse sweep of Murray's "Differentiation of the Cholesky
-    decomposition" (2016), from the last block of rows to the first, each block's
-    products done by BLAS: about twice the primal's n^3/3 flops, where the closed form
-    sym(L^-T Phi(L^T Lbar) L^-1) takes a product and two triangular solves (4 n^3)."""
+    """abar of a = L L^T from Lbar = g (its lower triangle), in the lower
+    triangle of a, the one cholesky reads (``_lower_folded`` of the symmetric
+    cotangent): the blocked reverse sweep of Murray's "Differentiation of the
+    Cholesky decomposition" (2016), from the last block of rows to the first, each
+    block's products done by BLAS: about twice the primal's n^3/3 flops, where the
+    closed form sym(L^-T Phi(L^T Lbar) L^-1) takes a product and two triangular
+    solves (4 n^3)."""
     n = lower.shape[0]
     width = 32 if n < 400 else 64        # (level-2 work in the blocks vs. BLAS's)
     abar = np.zeros((n, n), dtype=lower.dtype)
@@ -424,7 +443,7 @@ def _cholesky_adjoint(lower, g):
                 update += cbar_t @ np.ascontiguousarray(lower[k:, :j])
             abar[j:k, :j] -= update
         k = j
-    return _symmetric_part(abar)
+    return abar
 
 
 def _cholesky_bwd(lower, g):
@@ -434,7 +453,7 @@ def _cholesky_bwd(lower, g):
 def _cholesky_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     lower = np.linalg.cholesky(a)
-    y = _trsolve(lower, _symmetric_part(da), True, False)             # L^-1 dA
+    y = _trsolve(lower, _lower_mirrored(da), True, False)             # L^-1 dA
     s = _trsolve(lower, y.T, True, False)                           # L^-1 dA L^-T (symmetric)
     return lower, lower @ _phi(s)
 
@@ -468,13 +487,13 @@ def _eigh_bwd(res, g):
     if np.any(gv != 0.0):       # (the eigenvalues alone have a derivative when some are equal)
         inner = inner + _eigh_f(w) * (v.T @ gv)
     abar = v @ inner @ v.T
-    return (_symmetric_part(abar),)
+    return (_lower_folded(abar),)
 
 
 def _eigh_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     w, v = np.linalg.eigh(a)
-    s = v.T @ _symmetric_part(da) @ v
+    s = v.T @ _lower_mirrored(da) @ v
     return (w, v), (np.diag(s).copy(), v @ (_eigh_f(w) * s))
 
 
@@ -488,13 +507,13 @@ def _eigvalsh_fwd(a):
 
 def _eigvalsh_bwd(v, g):
     abar = (v * g) @ v.T
-    return (abar,)
+    return (_lower_folded(abar),)
 
 
 def _eigvalsh_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     w, v = np.linalg.eigh(a)
-    return w, np.sum(v * (_symmetric_part(da) @ v), axis=0)
+    return w, np.sum(v * (_lower_mirrored(da) @ v), axis=0)
 
 
 _rule("eigvalsh_impl", _eigvalsh_fwd, _eigvalsh_bwd, _eigvalsh_jvp)

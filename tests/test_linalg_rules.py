@@ -3,8 +3,9 @@ triangular solve (BLAS trsm) of cholesky's rules and the determinant and inverse
 from one LU factorization of det's and slogdet's, each with a rule of its own
 (their values, and their rules in reverse mode, forward mode and second order,
 against finite differences; only the triangle ``lower`` names is read by the
-triangular solve: the other one carries no derivative), and cholesky's blocked
-reverse sweep."""
+triangular solve: the other one carries no derivative), cholesky's blocked
+reverse sweep, and cholesky, eigh and eigvalsh of matrices that are not symmetric
+(they read the lower triangle only)."""
 import numpy as np
 import pytest
 from numba import njit
@@ -177,11 +178,12 @@ def test_det_and_slogdet_in_forward_mode_and_second_order(f):
 
 # -- cholesky's blocked reverse sweep ---------------------------------------------------------
 def _cholesky_closed_form(lower, g):
-    """sym(L^-T Phi(L^T g) L^-1), Phi: the lower triangle, its diagonal halved."""
+    """sym(L^-T Phi(L^T g) L^-1), Phi: the lower triangle, its diagonal halved;
+    folded into the lower triangle, the one cholesky reads."""
     p = np.tril(lower.T @ g)
     p[np.diag_indices_from(p)] *= 0.5
     s = np.linalg.solve(lower.T, np.linalg.solve(lower.T, p).T)
-    return 0.5 * (s + s.T)
+    return np.tril(s + s.T, -1) + np.diag(np.diag(s))
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 31, 32, 33, 100, 450])
@@ -354,3 +356,49 @@ def test_det_gradient_at_a_singular_matrix_is_the_cofactor_matrix(a, cofactors):
     _, d = autodiff(enzpy.ReverseWithPrimal, _det, Duplicated(a, da))
     assert d == 0.0
     np.testing.assert_allclose(da, cofactors, atol=1e-12)
+
+
+# -- cholesky, eigh and eigvalsh read the lower triangle only --------------------------------
+@njit
+def _cholesky_entry(a):
+    return np.linalg.cholesky(a)[2, 1] + 0.3 * np.linalg.cholesky(a)[1, 0]
+
+
+@njit
+def _eigh_entry(a):
+    w, v = np.linalg.eigh(a)
+    return w[0] + 0.5 * w[2] + v[0, 1] * v[0, 1]
+
+
+@njit
+def _eigvalsh_entry(a):
+    return (np.linalg.eigvalsh(a) * np.array([1.0, -0.5, 2.0])).sum()
+
+
+@pytest.mark.parametrize("f", [_cholesky_entry, _eigh_entry, _eigvalsh_entry])
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_symmetric_routines_of_a_matrix_that_is_not_symmetric(f, layout):
+    # The upper triangle is never read: its derivative is 0 (before, half the lower
+    # one's, as JAX's symmetrized convention gives; central differences disagreed)
+    rng = np.random.default_rng(4)
+    s = rng.standard_normal((3, 3))
+    a = np.array(s @ s.T + 3 * np.eye(3) + np.triu(rng.standard_normal((3, 3)), 1), order=layout)
+    want = _fd(f, a)
+    assert np.all(np.triu(want, 1) == 0.0)
+    da = np.zeros_like(a)
+    autodiff(Reverse, f, Duplicated(a, da))
+    np.testing.assert_allclose(da, want, rtol=1e-6, atol=1e-8)
+    v = rng.standard_normal((3, 3))
+    (t,) = autodiff(Forward, f, Duplicated(a, v))
+    assert t == pytest.approx(np.sum(want * v), rel=1e-6)
+    h = 1e-5
+    w = rng.standard_normal((3, 3))
+
+    def gradient(x):
+        g = np.zeros_like(x)
+        autodiff(Reverse, f, Duplicated(x, g))
+        return g
+
+    np.testing.assert_allclose(enzpy.hvp(f, a, w),
+                               (gradient(a + h * w) - gradient(a - h * w)) / (2 * h),
+                               rtol=1e-5, atol=1e-7)
