@@ -17,7 +17,8 @@ from numba.core.registry import cpu_target
 
 from . import rules
 from .errors import UnsupportedError
-from .frontend import array_meminfo_params, data_pointer_types, demangle, signature_of
+from .frontend import (PARALLEL_LOOP_BODY, array_meminfo_params, data_pointer_types,
+                       demangle, signature_of)
 from .ir import local, tangent_name
 from .analysis import (RESIZERS, ReadOnlyMemory, pointer_roots, split_loop_exits,
                        split_mixed_stores, untie_carried_selects)
@@ -301,7 +302,8 @@ class ModuleBuilder:
         name = low.name if low is not None else demangle(symbol)
         if symbol in _RUNTIME_PURPOSE:      # enzpy's own helper, in code differentiated again
             return f" in {_RUNTIME_PURPOSE[symbol]} (second order through it is not supported)"
-        text = f" in function '{name}'"
+        text = f" in {name}" if PARALLEL_LOOP_BODY.search(symbol) and low is None \
+            else f" in function '{name}'"
         if low is not None:
             if symbol not in self._lines:
                 self._lines[symbol] = low.source_lines()

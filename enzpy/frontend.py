@@ -274,7 +274,9 @@ class Lowered:
             return []
         found = []
         for stmt in block.body:
-            expr = getattr(stmt, "value", None)
+            # (only assignments: other statements, such as a parallel loop's node,
+            # raise KeyError for an attribute they lack)
+            expr = stmt.value if isinstance(stmt, numba_ir.Assign) else None
             if isinstance(expr, numba_ir.Expr) and expr.op == "call":
                 found.append((stmt.loc.line, _numpy_name(annotation.typemap.get(expr.func.name))))
             elif isinstance(expr, numba_ir.Expr) and expr.op in ("binop", "inplace_binop") \
@@ -355,8 +357,14 @@ def _unescape(run: str) -> str:
         else head
 
 
+PARALLEL_LOOP_BODY = re.compile(r"__numba_parfor_gufunc_")
+
+
 def demangle(symbol: str) -> str:
-    """A readable name for a Numba-mangled symbol (``_ZN5numba2np...``)."""
+    """A readable name for a Numba-mangled symbol (``_ZN5numba2np...``); the body
+    Numba makes of a parallel loop is named as such."""
+    if PARALLEL_LOOP_BODY.search(symbol):
+        return "the body of a parallel loop (prange)"
     if not symbol.startswith("_ZN"):
         return symbol
     parts, i = [], 3

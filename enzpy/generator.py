@@ -12,7 +12,7 @@ import re
 from . import blas, rules
 from .analysis import Activity, ControlFlow, numba_convention, pointee_kinds, pointer_roots
 from .errors import UnsupportedError
-from .frontend import demangle
+from .frontend import PARALLEL_LOOP_BODY, demangle
 from .ir import contains_float, is_float_type
 from .memory import explain
 from .runtime import VARSIZE_FREE
@@ -139,6 +139,9 @@ class DerivativeGenerator:
     def _rule_advice(self) -> str:
         """How to differentiate through code enzpy cannot see into."""
         low = self.builder.lowered.get(self.fn.name)
+        if low is None and PARALLEL_LOOP_BODY.search(self.fn.name):
+            return ("; enzpy cannot see into it: call it through an @njit function given a "
+                    "derivative with enzpy.defvjp (and enzpy.defjvp), or marked enzpy.inactive")
         name = low.name if low is not None else demangle(self.fn.name)
         return (f"; enzpy cannot see into it: give '{name}' a derivative with enzpy.defvjp "
                 f"(and enzpy.defjvp), or mark it enzpy.inactive")

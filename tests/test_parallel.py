@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from numba import njit, prange
 
+import enzpy
 from enzpy import Active, Const, Duplicated, Forward, Reverse, autodiff
 
 
@@ -150,3 +151,23 @@ def test_second_order_through_a_parallel_loop_is_refused():
     with pytest.raises(enzpy.UnsupportedError, match="second-order derivatives through a "
                                                      "parallel loop"):
         enzpy.hvp(_parallel_cubes, np.linspace(0.1, 1.0, 5), np.ones(5))
+
+
+@njit(parallel=True)
+def frexp_in_parallel(x):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += math.frexp(x[i])[0]
+    return s
+
+
+def test_a_refusal_inside_a_parallel_loop_names_the_loop():
+    # (the message's source lines were looked up among statements a parallel loop's
+    # node is one of: an InternalError, KeyError 'value', instead of the refusal)
+    x = np.linspace(1.0, 2.0, 10)
+    with pytest.raises(enzpy.UnsupportedError) as info:
+        autodiff(Reverse, frexp_in_parallel, Duplicated(x, np.zeros(10)))
+    msg = str(info.value)
+    assert "frexp_in_parallel" in msg and "numba_frexp" in msg, msg
+    assert "in the body of a parallel loop (prange)" in msg, msg
+    assert "__numba_parfor_gufunc" not in msg, msg
