@@ -712,20 +712,92 @@ def _pinv_tangent(a, p, da):
     return -(p @ da @ p) + p @ p.T @ da.T @ ap + pa @ da.T @ p.T @ p
 
 
+# A cut-off (pinv's rcond, lstsq's rank) that drops singular values makes the
+# pseudo-inverse that of the truncation a_k = U_k S_k V_k^T, not of a: its derivative
+# is Golub & Pereyra's for a_k along the derivative of the truncation. In the
+# singular bases that derivative keeps the kept block, drops the dropped one, and
+# mixes each kept i with each dropped j (s_i > s_j): c_ij -> (s_i^2 c_ij + s_i s_j c_ji)
+# / (s_i^2 - s_j^2), alike for c_ji; the null spaces' directions are dropped ones
+# with s_j = 0, kept as they are. The map is self-adjoint: it takes cotangents too.
+@njit(cache=True)
+def _truncation_weights(c, s, rank):
+    r = c.shape[0]
+    out = np.zeros_like(c)
+    for i in range(rank):
+        for j in range(rank):
+            out[i, j] = c[i, j]
+        si = s[i]
+        for j in range(rank, r):
+            sj = s[j]
+            d = si * si - sj * sj
+            out[i, j] = (si * si * c[i, j] + si * sj * c[j, i]) / d
+            out[j, i] = (si * si * c[j, i] + si * sj * c[i, j]) / d
+    return out
+
+
+@njit(cache=True)
+def _truncation_derivative(u, s, vh, rank, x):
+    """The derivative of the rank-``rank`` truncation of u diag(s) vh (the thin
+    SVD) along ``x``; or, the same map, the cotangent of the matrix from ``x``,
+    that of its truncation."""
+    ut = np.ascontiguousarray(u.T)
+    v = np.ascontiguousarray(vh.T)
+    out = u @ _truncation_weights(ut @ x @ v, s, rank) @ vh
+    uk, vhk = np.ascontiguousarray(u[:, :rank]), np.ascontiguousarray(vh[:rank])
+    ukt, vk = np.ascontiguousarray(uk.T), np.ascontiguousarray(vhk.T)
+    left = ukt @ x                                  # kept rows, null-space columns
+    out += uk @ (left - (left @ v) @ vh)
+    right = x @ vk                                  # null-space rows, kept columns
+    out += (right - u @ (ut @ right)) @ vhk
+    return out
+
+
+@njit(cache=True)
+def _truncated_svd(a, rank):
+    """(u, s, vh, a_k): the thin SVD of ``a`` and its rank-``rank`` truncation."""
+    u, s, vh = np.linalg.svd(a, False)
+    ak = np.ascontiguousarray(u[:, :rank] * s[:rank].reshape(1, -1)) \
+        @ np.ascontiguousarray(vh[:rank])
+    return u, s, vh, ak
+
+
+@njit(cache=True)
+def _cut_pinv_cotangent(a, p, g, rank):
+    if rank >= min(a.shape[0], a.shape[1]):
+        return _pinv_cotangent(a, p, g)
+    u, s, vh, ak = _truncated_svd(a, rank)
+    return _truncation_derivative(u, s, vh, rank, _pinv_cotangent(ak, p, g))
+
+
+@njit(cache=True)
+def _cut_pinv_tangent(a, p, da, rank):
+    if rank >= min(a.shape[0], a.shape[1]):
+        return _pinv_tangent(a, p, da)
+    u, s, vh, ak = _truncated_svd(a, rank)
+    return _pinv_tangent(ak, p, _truncation_derivative(u, s, vh, rank, da))
+
+
+@njit(cache=True)
+def _pinv_rank(a, rcond):
+    """The number of singular values Numba's pinv keeps: those above rcond s_max."""
+    s = np.linalg.svd(a, False)[1]
+    return np.sum(s > s[0] * rcond) if s.size else 0
+
+
 def _pinv_fwd(a, rcond):
     p = np.linalg.pinv(a, rcond)
-    return p, (a, p)
+    return p, (a, p, _pinv_rank(a, rcond))
 
 
 def _pinv_bwd(res, g):
-    a, p = res
-    return _pinv_cotangent(a, p, g), None
+    a, p, rank = res
+    return _cut_pinv_cotangent(a, p, g, rank), None
 
 
 def _pinv_jvp(primals, tangents):
     a, rcond = primals
     p = np.linalg.pinv(a, rcond)
-    return p, _pinv_tangent(a, p, tangents[0])
+    return p, _cut_pinv_tangent(a, p, tangents[0], _pinv_rank(a, rcond))
 
 
 _rule("pinv_impl", _pinv_fwd, _pinv_bwd, _pinv_jvp)
@@ -733,9 +805,9 @@ _rule("pinv_impl", _pinv_fwd, _pinv_bwd, _pinv_jvp)
 
 # -- lstsq(a, b, rcond) = (x, residuals, rank, s) -------------------------------------------
 # With at least as many rows as columns (full column rank) x = (a^T a)^-1 a^T b; with fewer
-# (full row rank) LAPACK's x is the minimum-norm solution a^T (a a^T)^-1 b. A rank-deficient
-# a gets, like pinv (and JAX), the derivative at constant rank of x = pinv(a) b, with the
-# pseudo-inverse cut at the rank LAPACK found.
+# (full row rank) LAPACK's x is the minimum-norm solution a^T (a a^T)^-1 b. Below full rank
+# (a rank-deficient a, or rcond cutting off singular values), x = pinv(a_k) b, the
+# pseudo-inverse cut at the rank LAPACK found, with its derivative (above).
 @njit(cache=True)
 def _pinv_of_rank(a, rank):
     u, s, vh = np.linalg.svd(a, False)
@@ -755,7 +827,7 @@ def _lstsq_bwd(res, g):
     gx2 = _as_column(gx).astype(a.dtype)
     if rank < min(a.shape):  # (then LAPACK returns no residuals)
         p = _pinv_of_rank(a, rank)
-        abar = _pinv_cotangent(a, p, gx2 @ _as_column(b).T)
+        abar = _cut_pinv_cotangent(a, p, gx2 @ _as_column(b).T, rank)
         bbar = np.ascontiguousarray(p.T @ gx2)
     elif a.shape[0] >= a.shape[1]:
         r = _as_column(b) - a @ x2
@@ -786,7 +858,7 @@ def _lstsq_jvp(primals, tangents):
     r = _as_column(b) - a @ x2
     if rank < min(a.shape):
         p = _pinv_of_rank(a, rank)
-        dx = _pinv_tangent(a, p, da) @ _as_column(b) + p @ _as_column(db)
+        dx = _cut_pinv_tangent(a, p, da, rank) @ _as_column(b) + p @ _as_column(db)
     elif a.shape[0] >= a.shape[1]:
         dx = _solve_defined(a.T @ a, da.T @ r + a.T @ (_as_column(db) - da @ x2))
     else:

@@ -402,3 +402,67 @@ def test_symmetric_routines_of_a_matrix_that_is_not_symmetric(f, layout):
     np.testing.assert_allclose(enzpy.hvp(f, a, w),
                                (gradient(a + h * w) - gradient(a - h * w)) / (2 * h),
                                rtol=1e-5, atol=1e-7)
+
+
+# -- a cut-off that drops singular values that are not zero ------------------------------------
+def _with_singular_values(rng, m, n, values):
+    u = np.linalg.qr(rng.standard_normal((m, m)))[0][:, :len(values)]
+    v = np.linalg.qr(rng.standard_normal((n, n)))[0][:, :len(values)]
+    return u @ np.diag(values) @ v.T
+
+
+@njit
+def _weighted_pinv(a, w, rcond):
+    return np.sum(np.linalg.pinv(a, rcond) * w)
+
+
+@njit
+def _weighted_lstsq(a, b, w, rcond):
+    return np.dot(w, np.linalg.lstsq(a, b, rcond)[0])
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (5, 3), (3, 5)])
+def test_pinv_cut_by_rcond_differentiates_the_truncation(shape):
+    # rcond = 0.1 drops the singular value 0.01, far from the cut-off: the primal is
+    # smooth there. The rule differentiated the pseudo-inverse of a itself (1-8% off).
+    rng = np.random.default_rng(sum(shape))
+    m, n = shape
+    a = _with_singular_values(rng, m, n, [1.0, 0.5, 0.01])
+    w = rng.standard_normal((n, m))
+
+    def f(x):
+        return _weighted_pinv(x, w, 0.1)
+
+    def gradient(x):
+        g = np.zeros_like(x)
+        autodiff(Reverse, _weighted_pinv, Duplicated(x, g), Const(w), Const(0.1))
+        return g
+
+    want = _fd(f, a)
+    np.testing.assert_allclose(gradient(a), want, rtol=1e-6, atol=1e-8)
+    v = rng.standard_normal(shape)
+    (t,) = autodiff(Forward, _weighted_pinv, Duplicated(a, v), Const(w), Const(0.1))
+    assert t == pytest.approx(np.sum(want * v), rel=1e-6)
+    h = 1e-5
+    np.testing.assert_allclose(enzpy.hvp(_weighted_pinv, a, v, w, 0.1),
+                               (gradient(a + h * v) - gradient(a - h * v)) / (2 * h),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 4)])
+def test_lstsq_cut_by_rcond_differentiates_the_truncation(shape):
+    rng = np.random.default_rng(10 + sum(shape))
+    m, n = shape
+    a = _with_singular_values(rng, m, n, [1.0, 0.5, 0.01])
+    b, w = rng.standard_normal(m), rng.standard_normal(n)
+    da, db = np.zeros_like(a), np.zeros_like(b)
+    autodiff(Reverse, _weighted_lstsq, Duplicated(a, da), Duplicated(b, db), Const(w),
+             Const(0.1))
+    np.testing.assert_allclose(da, _fd(lambda x: _weighted_lstsq(x, b, w, 0.1), a),
+                               rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(db, _fd(lambda y: _weighted_lstsq(a, y, w, 0.1), b),
+                               rtol=1e-6, atol=1e-8)
+    va, vb = rng.standard_normal(shape), rng.standard_normal(m)
+    (t,) = autodiff(Forward, _weighted_lstsq, Duplicated(a, va), Duplicated(b, vb), Const(w),
+                    Const(0.1))
+    assert t == pytest.approx(np.sum(da * va) + db @ vb, rel=1e-6)
