@@ -85,7 +85,11 @@ def numba_entry(target, argtypes, adjoint_types, restype, tangent=False, name="e
     bytes)`` calling the derivative's entry point ``target``: its address, or
     its symbol (machine code that can be saved and loaded in another process,
     once the entry point is loaded); with ``tangent``, ``(tangent, primal, 0)``
-    where the tangent has the primal's type."""
+    where the tangent has the primal's type. A result that may be None
+    (``Optional``) raises ``ValueError`` when it is None (it has no tangent)."""
+    optional = isinstance(restype, types.Optional)
+    if optional:
+        restype = restype.type
     fields = [(t, False) for t in adjoint_types] + [(restype, True)] * (1 + tangent)
     result = types.Tuple(tuple(t for t, _ in fields) + (types.int64,))
 
@@ -120,6 +124,11 @@ def numba_entry(target, argtypes, adjoint_types, restype, tangent=False, name="e
             status = context.call_conv._get_return_status(builder, code, builder.load(excinfo))
             with cgutils.if_unlikely(builder, status.is_error):
                 context.call_conv.return_status_propagate(builder, status)
+            if optional:
+                with cgutils.if_unlikely(builder, status.is_none):
+                    context.call_conv.return_user_exc(
+                        builder, ValueError, ("the function returned None, which has no "
+                                              "derivative",))
             packed = builder.load(out)
             values = []
             for i, (ty, returned) in enumerate(fields):

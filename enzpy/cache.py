@@ -614,7 +614,8 @@ def forward_entry_function(name, root: ForwardDerivative, ret_slot_type, return_
     for i, (ref, ty) in enumerate(zip(values, fields)):
         lines.append(f"  %o{i} = insertvalue {out_type} {agg}, {ty} {ref}, {i}")
         agg = f"%o{i}"
-    lines += [f"  store {out_type} {agg}, ptr %out", "  ret i32 0", "}"]
+    # (the status says whether the result was None: -2)
+    lines += [f"  store {out_type} {agg}, ptr %out", "  ret i32 %status", "}"]
     return "\n".join(lines) + "\n"
 
 

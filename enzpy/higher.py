@@ -101,6 +101,8 @@ def jacobian(g, x, *args):
     x = _point(x, "jacobian")
     consts = _plain_consts(args)
     restype = _return_type(disp, (x, *consts))
+    if isinstance(restype, types.Optional):     # (np.linalg.matrix_power's result)
+        restype = restype.type
     writes_out = restype == types.none
     name = disp.py_func.__qualname__
     if writes_out and not (consts and isinstance(consts[-1], np.ndarray)

@@ -579,7 +579,10 @@ def _size(model) -> int:
 
 def _tangent_result(ty) -> bool:
     """Results forward mode gives a tangent of: float arrays and tuples of
-    floats, arrays and integers (with at least one float or array)."""
+    floats, arrays and integers (with at least one float or array), or such a
+    result or a float that may be None (``np.linalg.matrix_power``'s)."""
+    if isinstance(ty, types.Optional):
+        return isinstance(ty.type, types.Float) or _tangent_result(ty.type)
     if isinstance(ty, types.Array):
         return isinstance(ty.dtype, types.Float)
     if isinstance(ty, types.BaseTuple):

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from numba import njit
 
+import enzpy
 from enzpy import (Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse,
                    UnsupportedError, autodiff, build_report, cache_info)
 from helpers import assert_primal, plain
@@ -1046,3 +1047,32 @@ def test_mutual_recursion_gets_one_tangent_function_each():
     assert reports
     # even_f and odd_f: one tangent function each, whatever the depth
     assert reports[-1].derivative_functions <= 3, reports[-1]
+
+
+# -- results that may be None (Numba types np.linalg.matrix_power's so) ---------------------
+@njit
+def cube_of_matrix(a):
+    return np.linalg.matrix_power(a, 3)
+
+
+@njit
+def doubled_or_none(a, flag):
+    if flag:
+        return a * 2.0
+    return None
+
+
+def test_a_result_that_may_be_none_has_a_tangent():
+    # (refused before: "returns OptionalType(array(float64, 2d, C))", where vjp worked)
+    rng = np.random.default_rng(5)
+    a, v = rng.standard_normal((3, 3)), rng.standard_normal((3, 3))
+    h = 1e-6
+    want = (cube_of_matrix(a + h * v) - cube_of_matrix(a - h * v)) / (2 * h)
+    (tangent,) = autodiff(Forward, cube_of_matrix, Duplicated(a.copy(), v))
+    np.testing.assert_allclose(tangent, want, rtol=1e-6, atol=1e-8)
+    jac = enzpy.jacobian(cube_of_matrix, a)
+    np.testing.assert_allclose(np.tensordot(jac, v, 2), want, rtol=1e-6, atol=1e-8)
+    (tangent,) = autodiff(Forward, doubled_or_none, Duplicated(a.copy(), v), Const(True))
+    np.testing.assert_allclose(tangent, 2.0 * v)
+    with pytest.raises(ValueError, match="returned None"):
+        autodiff(Forward, doubled_or_none, Duplicated(a.copy(), v), Const(False))
