@@ -753,51 +753,60 @@ def _truncation_derivative(u, s, vh, rank, x):
 
 
 @njit(cache=True)
-def _truncated_svd(a, rank):
-    """(u, s, vh, a_k): the thin SVD of ``a`` and its rank-``rank`` truncation."""
-    u, s, vh = np.linalg.svd(a, False)
-    ak = np.ascontiguousarray(u[:, :rank] * s[:rank].reshape(1, -1)) \
+def _truncation(u, s, vh, rank):
+    """The rank-``rank`` truncation of u diag(s) vh."""
+    return np.ascontiguousarray(u[:, :rank] * s[:rank].reshape(1, -1)) \
         @ np.ascontiguousarray(vh[:rank])
-    return u, s, vh, ak
 
 
 @njit(cache=True)
-def _cut_pinv_cotangent(a, p, g, rank):
+def _pinv_of_rank(u, s, vh, rank):
+    """The pseudo-inverse of the rank-``rank`` truncation of u diag(s) vh."""
+    return np.ascontiguousarray(vh[:rank].T / s[:rank].reshape(1, -1)) \
+        @ np.ascontiguousarray(u[:, :rank].T)
+
+
+@njit(cache=True)
+def _cut_pinv_cotangent(a, p, g, u, s, vh, rank):
+    """The cotangent of ``a`` from ``g``, that of ``p``, its pseudo-inverse cut at
+    ``rank`` (``u, s, vh``: its thin SVD)."""
     if rank >= min(a.shape[0], a.shape[1]):
         return _pinv_cotangent(a, p, g)
-    u, s, vh, ak = _truncated_svd(a, rank)
+    ak = _truncation(u, s, vh, rank)
     return _truncation_derivative(u, s, vh, rank, _pinv_cotangent(ak, p, g))
 
 
 @njit(cache=True)
-def _cut_pinv_tangent(a, p, da, rank):
+def _cut_pinv_tangent(a, p, da, u, s, vh, rank):
+    """The tangent of that pseudo-inverse along ``da``."""
     if rank >= min(a.shape[0], a.shape[1]):
         return _pinv_tangent(a, p, da)
-    u, s, vh, ak = _truncated_svd(a, rank)
+    ak = _truncation(u, s, vh, rank)
     return _pinv_tangent(ak, p, _truncation_derivative(u, s, vh, rank, da))
 
 
 @njit(cache=True)
-def _pinv_rank(a, rcond):
-    """The number of singular values Numba's pinv keeps: those above rcond s_max."""
-    s = np.linalg.svd(a, False)[1]
-    return np.sum(s > s[0] * rcond) if s.size else 0
+def _pinv_svd(a, rcond):
+    """(u, s, vh, rank): the thin SVD of ``a`` and the number of singular values
+    Numba's pinv keeps, those above rcond s_max."""
+    u, s, vh = np.linalg.svd(a, False)
+    return u, s, vh, (np.sum(s > s[0] * rcond) if s.size else 0)
 
 
 def _pinv_fwd(a, rcond):
     p = np.linalg.pinv(a, rcond)
-    return p, (a, p, _pinv_rank(a, rcond))
+    return p, (a, p, rcond)
 
 
 def _pinv_bwd(res, g):
-    a, p, rank = res
-    return _cut_pinv_cotangent(a, p, g, rank), None
+    a, p, rcond = res
+    return _cut_pinv_cotangent(a, p, g, *_pinv_svd(a, rcond)), None
 
 
 def _pinv_jvp(primals, tangents):
     a, rcond = primals
     p = np.linalg.pinv(a, rcond)
-    return p, _cut_pinv_tangent(a, p, tangents[0], _pinv_rank(a, rcond))
+    return p, _cut_pinv_tangent(a, p, tangents[0], *_pinv_svd(a, rcond))
 
 
 _rule("pinv_impl", _pinv_fwd, _pinv_bwd, _pinv_jvp)
@@ -808,13 +817,6 @@ _rule("pinv_impl", _pinv_fwd, _pinv_bwd, _pinv_jvp)
 # (full row rank) LAPACK's x is the minimum-norm solution a^T (a a^T)^-1 b. Below full rank
 # (a rank-deficient a, or rcond cutting off singular values), x = pinv(a_k) b, the
 # pseudo-inverse cut at the rank LAPACK found, with its derivative (above).
-@njit(cache=True)
-def _pinv_of_rank(a, rank):
-    u, s, vh = np.linalg.svd(a, False)
-    return np.ascontiguousarray(vh[:rank].T / s[:rank].reshape(1, -1)) \
-        @ np.ascontiguousarray(u[:, :rank].T)
-
-
 def _lstsq_fwd(a, b, rcond):
     x, residues, rank, s = np.linalg.lstsq(a, b, rcond)
     return (x, residues, rank, s), (a, b, x, rank)
@@ -826,8 +828,9 @@ def _lstsq_bwd(res, g):
     x2 = _as_column(x)
     gx2 = _as_column(gx).astype(a.dtype)
     if rank < min(a.shape):  # (then LAPACK returns no residuals)
-        p = _pinv_of_rank(a, rank)
-        abar = _cut_pinv_cotangent(a, p, gx2 @ _as_column(b).T, rank)
+        u, sv, vh = np.linalg.svd(a, False)
+        p = _pinv_of_rank(u, sv, vh, rank)
+        abar = _cut_pinv_cotangent(a, p, gx2 @ _as_column(b).T, u, sv, vh, rank)
         bbar = np.ascontiguousarray(p.T @ gx2)
     elif a.shape[0] >= a.shape[1]:
         r = _as_column(b) - a @ x2
@@ -857,8 +860,9 @@ def _lstsq_jvp(primals, tangents):
     x2 = _as_column(x)
     r = _as_column(b) - a @ x2
     if rank < min(a.shape):
-        p = _pinv_of_rank(a, rank)
-        dx = _cut_pinv_tangent(a, p, da, rank) @ _as_column(b) + p @ _as_column(db)
+        u, sv, vh = np.linalg.svd(a, False)
+        p = _pinv_of_rank(u, sv, vh, rank)
+        dx = _cut_pinv_tangent(a, p, da, u, sv, vh, rank) @ _as_column(b) + p @ _as_column(db)
     elif a.shape[0] >= a.shape[1]:
         dx = _solve_defined(a.T @ a, da.T @ r + a.T @ (_as_column(db) - da @ x2))
     else:
