@@ -249,14 +249,15 @@ class ControlFlow:
         """Blocks from which every path returns an exception."""
         failing = self.exceptions_returned
         doomed = {x for x in self.exits if (None, x) in failing}
+        # Successors first (postorder): outside loops one pass reaches the fixed point.
         changed = True
         while changed:
             changed = False
-            for b in self.fn.blocks:
-                succs = b.successors
-                if b.name not in doomed and succs and all(
-                        s in doomed or (b.name, s) in failing for s in succs):
-                    doomed.add(b.name)
+            for name in reversed(self.reverse_postorder):
+                succs = self.fn.block_map[name].successors
+                if name not in doomed and succs and all(
+                        s in doomed or (name, s) in failing for s in succs):
+                    doomed.add(name)
                     changed = True
         return frozenset(doomed)
 
@@ -265,11 +266,13 @@ class ControlFlow:
         Numba's status) fails, as the reverse sweep of the callee assumes: the
         status is tested as Numba does, and a failure leads to a return of an
         exception."""
+        if not call.name:
+            return False            # the status is not even read
         status = call.value
         if any(u.opcode == "ret" and u.block is call.block
                for u in self.fn.users.get(call.name, ())):
             return True             # returned as it is (a tangent function's call)
-        tests = [u for t in self.fn.users.get(call.name, ()) if call.name
+        tests = [u for t in self.fn.users.get(call.name, ())
                  for u in ([t] if t.opcode == "switch" else
                            self.fn.users.get(t.name, ()) if t.opcode == "icmp" else ())]
         for term in tests:
