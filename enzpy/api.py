@@ -13,9 +13,9 @@ import numpy as np
 from numba.core.registry import cpu_target
 
 from . import arguments, diskcache, fastpath
-from .arguments import (array_fields, arrays_in, check_shadow, conflicting_shadows,
-                        overlaps_itself, rebuild_adjoint, restore_array_fields, share_memory,
-                        strided_like)
+from .arguments import (aliasing_message, array_fields, arrays_in, check_shadow,
+                        conflicting_shadows, overlaps_itself, rebuild_adjoint, restore_array_fields, share_memory,
+                        strided_like, unlike_shadows_message)
 from .cache import STATS
 from .pipeline import build, entries as _entries, fast_paths as _fast_paths
 from .pipeline import reports as _reports, typed_signature
@@ -150,7 +150,7 @@ def _check_shadows(args):
             check_shadow(i, a.val, a.dval)
 
 
-def _shadow_values(args, positions):
+def _shadow_values(args, positions, written=()):
     """The shadows to pass, each checked against its primal (``check_shadow``
     says what does not fit), and (shadow, stand-in) pairs to copy back after
     the call: a shadow array laid out unlike its array (e.g. ``np.zeros_like``
@@ -171,7 +171,7 @@ def _shadow_values(args, positions):
         elif not _is_float_scalar(x):
             check_shadow(i, x, dx)
         shadows.append(dx)
-    _check_shadows_apart(_array_shadow_pairs(args, positions))
+    _check_shadows_apart(_array_shadow_pairs(args, positions), written)
     for k, (dx, slot) in enumerate(copies or ()):
         stand_in = strided_like(args[positions[slot]].val)
         stand_in[...] = dx
@@ -195,14 +195,13 @@ def _array_shadow_pairs(args, positions):
     return pairs
 
 
-def _check_shadows_apart(pairs):
-    held = {label for label, _, _ in pairs if isinstance(label, str)}
+def _check_shadows_apart(pairs, written=()):
+    """Arrays of containers and written arrays (no alias check separates their
+    writes from other reads) share memory only as their shadows do."""
+    held = {label for label, _, _ in pairs if isinstance(label, str)} | set(written)
     conflict = conflicting_shadows(pairs, held) if len(pairs) > 1 else None
     if conflict is not None:
-        raise ValueError(f"arguments {conflict[0]} and {conflict[1]}: the arrays and their "
-                         f"shadows do not share memory alike, so derivatives of distinct "
-                         f"elements would mix or those of one element split; give an array "
-                         f"held twice the same shadow twice (enzpy.zeros_like does)")
+        raise ValueError(unlike_shadows_message(*conflict))
 
 
 def _is_float_scalar(x) -> bool:
@@ -285,7 +284,7 @@ def _differentiate(mode, f, disp, args):
         STATS.hits += 1
     values = [a.val if type(a) in _ANNOTATIONS else a for a in args]
     _check_aliases(entry, values)
-    shadows, copies = _shadow_values(args, entry.shadow_positions)
+    shadows, copies = _shadow_values(args, entry.shadow_positions, entry.written_shadowed)
     # A field the function reassigns (o.w = o.w * x) leaves the shadow object's field
     # on the new array's shadow, spent by the reverse sweep; the derivative is in the
     # shadow array the field held, which it gets back.
@@ -382,9 +381,7 @@ def _check_aliases(entry, values):
     for written, reread in entry.alias_checks:
         if any(share_memory(a, values[reread]) for a in arrays_in(values[written])):
             raise ValueError(
-                f"arguments {written} and {reread} share memory: the function writes "
-                f"argument {written}, and the derivative reads argument {reread} again "
-                f"during the reverse sweep; pass distinct arrays")
+                aliasing_message(written, reread))
 
 
 def build_report(f):

@@ -241,6 +241,19 @@ def conflicting_shadows(pairs, held=()):
     return None
 
 
+def unlike_shadows_message(i, j) -> str:
+    return (f"arguments {i} and {j}: the arrays and their shadows do not share memory "
+            f"alike, so derivatives of distinct elements would mix or those of one element "
+            f"split; give an array held twice the same shadow twice (enzpy.zeros_like does)")
+
+
+def aliasing_message(written, other) -> str:
+    """Why arguments ``written`` and ``other`` may not share memory."""
+    return (f"arguments {written} and {other} share memory: the function writes argument "
+            f"{written}, and its derivative takes that write to leave argument {other} "
+            f"unchanged; pass distinct arrays")
+
+
 def overlaps_itself(a: np.ndarray) -> bool:
     """Whether elements of ``a`` may share memory (a ``np.broadcast_to`` view's
     zero stride, overlapping ``as_strided`` strides): such an array cannot hold

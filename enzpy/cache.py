@@ -332,14 +332,16 @@ class ModuleBuilder:
         if not calls:
             return exc
         block = self._numba_block(user.symbol, calls[0])
-        construct = getattr(exc, "construct", None)      # (not a NumPy call: a container)
-        line = user.source_lines().get(_BLOCK_LABEL.match(block).group(0)) \
-            if construct and _BLOCK_LABEL.match(block) else None
-        if line is not None:
-            located = UnsupportedError(f"{construct} at {user.source_file}:{line}: {exc}")
-            located.located = True
-            return located
         found = user.calls(block)
+        construct = getattr(exc, "construct", None)      # (not a NumPy call: a container)
+        if construct:
+            line = next((line for line, name in found if name == construct), None)
+            if line is None and _BLOCK_LABEL.match(block):
+                line = user.source_lines().get(_BLOCK_LABEL.match(block).group(0))
+            if line is not None:
+                located = UnsupportedError(f"{construct} at {user.source_file}:{line}: {exc}")
+                located.located = True
+                return located
         # The NumPy calls of that block named in the implementation's chain (np.split ->
         # np_split) or in the message (np.nextafter -> numba_nextafter), else its only call.
         text = " ".join(demangle(s) for s in chain[:-1]) + " " + str(exc)

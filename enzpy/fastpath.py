@@ -115,11 +115,12 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
         return None
     arrays = [i for i, a in enumerate(args) if type(a) is duplicated and type(a.val) is np.ndarray]
     if len(arrays) > 1:
-        # shadows apart, or sharing memory as their arrays do
+        # shadows apart, or sharing memory as their arrays do (written arrays: and
+        # the other way round)
         pairs = ", ".join(f"({i}, v{i}, d{i})" for i in arrays)
         lines += checked_while_same("shadows_apart",
                                     [name for i in arrays for name in (f"v{i}", f"d{i}")],
-                                    [f"conflicting([{pairs}])"])
+                                    [f"conflicting([{pairs}], {set(entry.written_shadowed)!r})"])
     if entry.alias_checks:
         checked = sorted({i for pair in entry.alias_checks for i in pair})
         lines += checked_while_same("disjoint", [f"v{i}" for i in checked],

@@ -255,8 +255,10 @@ class Lowered:
     @functools.cached_property
     def is_library_code(self) -> bool:
         """Code of Numba's (its NumPy implementation) or enzpy's, not the user's."""
-        code = getattr(self.dispatcher.py_func, "__code__", None)
-        return code is None or code.co_filename.startswith(_LIBRARY_DIRS)
+        func = self.dispatcher.py_func
+        code = getattr(func, "__code__", None)
+        return code is None or code.co_filename.startswith(_LIBRARY_DIRS) or \
+            (func.__module__ or "").startswith("enzpy.")    # (enzpy's generated code)
 
     @property
     def source_file(self) -> str:
@@ -560,9 +562,12 @@ _LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep
 
 @functools.cache
 def _numpy_names() -> dict:
-    """id(object) -> how users spell it, for NumPy's public functions and ufuncs."""
+    """id(object) -> how users spell it, for NumPy's public functions and ufuncs
+    (and enzpy's autodiff, which @njit code may call)."""
     import numpy as np
-    names = {}
+
+    from . import api
+    names = {id(api.autodiff): "enzpy.autodiff"}
     for prefix, module in (("np.random.", np.random), ("np.linalg.", np.linalg),
                            ("np.fft.", np.fft), ("np.lib.stride_tricks.", np.lib.stride_tricks),
                            ("np.", np)):

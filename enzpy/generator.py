@@ -73,6 +73,15 @@ class DerivativeGenerator:
                             f"a product of arrays that depend on the differentiated inputs is "
                             f"written to memory without a shadow (`{ins.text}`)"
                             f"{self._where(ins)}{self._const_advice(out)}")
+                if ins.opcode == "call" and self._escapes(ins) and self._calls_autodiff():
+                    error = UnsupportedError(
+                        "code calling enzpy.autodiff inside @njit cannot itself be "
+                        "differentiated yet (nested AD: the inner derivative is machine "
+                        "code enzpy cannot see into); for second order use enzpy.hvp or "
+                        "enzpy.hessian, or give the function calling autodiff a derivative "
+                        "with enzpy.defvjp")
+                    error.construct = "enzpy.autodiff"
+                    raise error
                 if ins.opcode == "call" and self._escapes(ins):
                     what = (f"'{ins.callee}', which enzpy cannot differentiate" if ins.callee
                             else "an indirect call (indirect call with active arguments)")
@@ -135,6 +144,12 @@ class DerivativeGenerator:
             and not any(self.act.is_varied(a) for a in ins.args) \
             and all(pointee_kinds(self.fn, a) == {"int"} for a in ins.args
                     if self.act.is_shadowed(a))
+
+    def _calls_autodiff(self) -> bool:
+        """Whether this is enzpy's entry to a built derivative (``backend.numba_entry``),
+        which ``autodiff`` inside @njit calls."""
+        low = self.builder.lowered.get(self.fn.name)
+        return low is not None and low.dispatcher.py_func.__module__ == "enzpy.backend"
 
     def _rule_advice(self) -> str:
         """How to differentiate through code enzpy cannot see into."""

@@ -17,6 +17,7 @@ from numba.extending import (lower_builtin, make_attribute_wrapper, models,
 
 from . import pipeline
 from .api import Active, Const, Duplicated, Mode, autodiff
+from .arguments import aliasing_message, unlike_shadows_message
 from .cache import STATS
 from .errors import UnsupportedError
 
@@ -119,7 +120,10 @@ def _check_signature(disp, signature, mode):
                                     f"a float, got {shadow}")
                 continue
             if not (isinstance(ty, types.Array) and isinstance(ty.dtype, types.Float)):
-                raise TypeError(f"argument {i}: Duplicated expects a float array, got {ty}")
+                raise TypeError(f"argument {i}: inside @njit code, Duplicated takes a float "
+                                f"array (or a float in forward mode), got {ty}; containers "
+                                f"(tuples, lists, jitclass objects) are differentiated when "
+                                f"autodiff is called from Python")
             if not isinstance(shadow, types.Array) or shadow.dtype != ty.dtype or \
                     shadow.ndim != ty.ndim:
                 raise TypeError(f"argument {i}: the shadow {shadow} does not fit {ty}")
@@ -171,10 +175,11 @@ def _overlaps_itself(a):
 
 
 @njit
-def _shadows_mix(x, dx, y, dy):
+def _shadows_mix(x, dx, y, dy, held):
     """``arguments.conflicting_shadows`` for one pair, in nopython mode: the
-    shadows share memory in a way the arrays do not."""
-    if not _may_share_memory(dx, dy):
+    shadows share memory in a way the arrays do not (or, ``held``, the arrays
+    share memory in a way the shadows do not)."""
+    if not (_may_share_memory(dx, dy) or held and _may_share_memory(x, y)):
         return False
     if dx.ndim != dy.ndim or dx.strides != x.strides or dy.strides != y.strides:
         return True
@@ -221,16 +226,13 @@ def _implementation(entry, mode, signature, annotated):
                   f"        raise ValueError('argument {i}: the shadow shares memory with its "
                   f"array')"]
         for j, b, e in pairs[k + 1:]:
-            lines += [f"    if shadows_mix({a}, {d}, {b}, {e}):",
-                      f"        raise ValueError('arguments {i} and {j}: the shadows share "
-                      f"memory but the arrays do not share it alike, so derivatives of "
-                      f"distinct elements would mix; pass distinct shadows')"]
-    for written, reread in entry.alias_checks:
+            held = i in entry.written_shadowed or j in entry.written_shadowed
+            lines += [f"    if shadows_mix({a}, {d}, {b}, {e}, {held}):",
+                      f"        raise ValueError({unlike_shadows_message(i, j)!r})"]
+    for written, other in entry.alias_checks:
         for array in _arrays_in(signature[written][1], values[written], written):
-            lines += [f"    if may_share_memory({array}, {values[reread]}):",
-                      f"        raise ValueError('arguments {written} and {reread} share memory: "
-                      f"the function writes argument {written}, and the derivative reads "
-                      f"argument {reread} again during the reverse sweep')"]
+            lines += [f"    if may_share_memory({array}, {values[other]}):",
+                      f"        raise ValueError({aliasing_message(written, other)!r})"]
     shadows = [f"args[{i}].dval" for i in entry.shadow_positions]
     lines.append(f"    out = call({', '.join(values + shadows)})")
     if mode.reverse:
@@ -245,7 +247,7 @@ def _implementation(entry, mode, signature, annotated):
         tangent = "out[0]" if entry.returns_tangent else "None"
         lines.append(f"    return ({tangent}, out[-2])" if mode.with_primal
                      else f"    return ({tangent},)")
-    namespace = {"call": entry.call, "may_share_memory": _may_share_memory,
+    namespace = {"__name__": __name__, "call": entry.call, "may_share_memory": _may_share_memory,
                  "overlaps_itself": _overlaps_itself, "shadows_mix": _shadows_mix}
     exec("\n".join(lines), namespace)
     return namespace["impl"]

@@ -114,10 +114,10 @@ class _Stage:
 class Entry:
     """A built derivative: its ``@njit`` entry point and how to call it."""
     __slots__ = ("call", "active_positions", "adjoint_counts", "shadow_positions", "report",
-                 "alias_checks", "library", "returns_tangent")
+                 "alias_checks", "written_shadowed", "library", "returns_tangent")
 
     def __init__(self, call, active_positions, shadow_positions, report, alias_checks,
-                 library, returns_tangent=False, adjoint_counts=None):
+                 written_shadowed, library, returns_tangent=False, adjoint_counts=None):
         self.call = call
         self.library = library            # the machine code ``call`` jumps to
         self.active_positions = active_positions
@@ -125,8 +125,10 @@ class Entry:
         self.adjoint_counts = adjoint_counts or [1] * len(active_positions)
         self.shadow_positions = shadow_positions
         self.report = report
-        # (written, re-read) argument pairs that must not share memory
+        # (written, other) argument pairs that must not share memory
         self.alias_checks = alias_checks
+        # written Duplicated arrays: sharing memory only as their shadows do
+        self.written_shadowed = written_shadowed
         self.returns_tangent = returns_tangent    # forward mode: the call returns a tangent
 
 
@@ -239,8 +241,8 @@ class Build:
         if self.mode == "reverse":
             self.builder, self.entry_name, self.text = self._reverse_module(
                 self.primal, low.symbol, activity, layouts, restype)
-            self.alias_checks = _alias_checks(self.ctx, self.builder.readonly, low.symbol,
-                                              self.argtypes)
+            self.alias_checks, self.written_shadowed = _alias_checks(
+                self.ctx, self.builder.readonly, low.symbol, self.signature)
         else:
             with self.stage("forward"):
                 self.builder = ModuleBuilder(self.primal.model, self.primal.lowered,
@@ -251,7 +253,8 @@ class Build:
                 self.text = self.builder.module_text(forward_entry_function(
                     self.entry_name, root, _return_slot_type(self.ctx, restype),
                     self.returns_derivative, *self._tangent_params(layouts)))
-            self.alias_checks = []
+            self.alias_checks, self.written_shadowed = _alias_checks(
+                self.ctx, self.builder.readonly, low.symbol, self.signature)
         self.dump("derivative", self.text)
         self.report.derivative_functions = len(self.builder.derivatives)
         self.report.module_bytes = len(self.text)
@@ -291,8 +294,8 @@ class Build:
                                     tangent)
         actives = [i for i, (kind, _, _) in enumerate(self.signature) if kind == "Active"]
         shadows = [i for i, (kind, _, _) in enumerate(self.signature) if kind == "Duplicated"]
-        return Entry(call, actives, shadows, self.report, self.alias_checks, self.library,
-                     returns_tangent=tangent,
+        return Entry(call, actives, shadows, self.report, self.alias_checks,
+                     self.written_shadowed, self.library, returns_tangent=tangent,
                      adjoint_counts=[len(layouts[i].adjoint_types) for i in actives])
 
     @property
@@ -346,6 +349,7 @@ class Build:
         index = self.machine.index
         self.library, self.address = self.machine.library, self.machine.address
         self.restype, self.alias_checks = index["restype"], index["alias_checks"]
+        self.written_shadowed = index["written_shadowed"]
         for name, value in index["report"].items():
             setattr(self.report, name, value)
         return self.wrap()
@@ -375,7 +379,8 @@ class Build:
     def _register(self):
         """A build under a fingerprint: its machine code is this key's in this process."""
         index = {"entry_name": self.entry_name, "restype": self.restype,
-                 "alias_checks": self.alias_checks, "primal_digest": self.digest,
+                 "alias_checks": self.alias_checks, "written_shadowed": self.written_shadowed,
+                 "primal_digest": self.digest,
                  "report": {"primal_instructions": self.report.primal_instructions,
                             "derivative_functions": self.report.derivative_functions,
                             "module_bytes": self.report.module_bytes}}
@@ -534,8 +539,8 @@ class Build:
         self.report.derivative_functions = len(self.builder.derivatives) + len(
             tangents.derivatives)
         self.report.module_bytes = len(self.text)
-        self.alias_checks = _alias_checks(self.ctx, self.builder.readonly, name,
-                                          self.argtypes + (tx,))
+        self.alias_checks, self.written_shadowed = _alias_checks(
+            self.ctx, self.builder.readonly, name, self.signature)
 
     def _wrap_hvp(self) -> Entry:
         tx = self.argtypes[0]
@@ -546,7 +551,7 @@ class Build:
                                     [tx] if scalar else [], False)
         shadows = [] if scalar else [0, len(self.argtypes)]
         return Entry(call, [0] if scalar else [], shadows, self.report, self.alias_checks,
-                     self.library)
+                     self.written_shadowed, self.library)
 
     def dump(self, stage, text):
         """With ENZPY_DUMP=<folder>, write each stage's IR there (``f.primal.ll``, ...)."""
@@ -644,20 +649,36 @@ def _vouch(dispatchers):
         _vouched[id(d)] = (weakref.ref(d), len(d.overloads), fingerprint.program_key(d))
 
 
-def _alias_checks(ctx, readonly, symbol, argtypes):
-    """Pairs (written array argument, re-read array argument) to check per call."""
+def _alias_checks(ctx, readonly, symbol, signature):
+    """(pairs (written argument, array argument) that must not share memory,
+    positions of the written Duplicated arrays), checked per call.
+
+    The derivative takes a write to one argument for no change of another: the
+    reverse sweep rereads the other's values, a tangent function reads its own
+    shadow, and a Const array's reads carry no derivative. Two written Duplicated
+    arrays may share memory only as their shadows do (``conflicting_shadows``),
+    else one element's derivative is split between two shadows. Where writes are
+    not known, every argument counts as written (a reverse sweep then records
+    every read it needs)."""
+    kinds = [kind for kind, _, _ in signature]
+    arrays = {pos for pos, (_, ty, _) in enumerate(signature) if isinstance(ty, types.Array)}
     if readonly.unknown_write:
-        return []
-    owner, index = {}, 2
-    for pos, ty in enumerate(argtypes):
-        width = len(ctx.get_arg_packer([ty]).argument_types)
-        owner.update({index + k: pos for k in range(width)})
-        index += width
-    arrays = {pos for pos, ty in enumerate(argtypes) if isinstance(ty, types.Array)}
-    written = {owner[i] for kind, i in readonly.written[symbol] if kind == "arg" and i in owner}
-    # (a written tuple, list or object is checked array by array; only arrays
-    # passed themselves are re-read: ReadOnlyMemory.trust_only)
-    return [(w, r) for w in sorted(written) for r in sorted(arrays - written)]
+        written = set(range(len(signature)))
+    else:
+        owner, index = {}, 2
+        for pos, (_, ty, _) in enumerate(signature):
+            width = len(ctx.get_arg_packer([ty]).argument_types)
+            owner.update({index + k: pos for k in range(width)})
+            index += width
+        # (a written tuple, list or object is checked array by array; only arrays
+        # passed themselves are re-read: ReadOnlyMemory.trust_only)
+        written = {owner[i] for kind, i in readonly.written[symbol]
+                   if kind == "arg" and i in owner}
+    written_arrays = sorted(written & arrays)
+    apart = [(w, r) for w in sorted(written) for r in sorted(arrays - written)]
+    apart += [(w, r) for w in written_arrays for r in written_arrays
+              if w < r and not kinds[w] == kinds[r] == "Duplicated"]
+    return apart, [p for p in written_arrays if kinds[p] == "Duplicated"]
 
 
 def _return_slot_type(ctx, restype) -> str:

@@ -8,7 +8,7 @@ from numba import njit
 from numba.core.runtime import _nrt_python, rtsys
 
 import enzpy
-from enzpy import Active, Const, Duplicated, Reverse, ReverseWithPrimal, autodiff
+from enzpy import Active, Const, Duplicated, Forward, Reverse, ReverseWithPrimal, autodiff
 
 
 def fd_gradient(f, args, wrt, h=1e-6):
@@ -665,6 +665,60 @@ def test_overlapping_arguments_are_refused():
     with pytest.raises(ValueError, match="share memory"):
         autodiff(Reverse, reads_after_write, Duplicated(x, np.zeros_like(x)),
                  Duplicated(x, np.zeros_like(x)))
+
+
+def test_overlapping_arguments_are_refused_in_forward_mode():
+    """A tangent function reads the shadow of what it reads: a write through an
+    aliasing argument would not reach it."""
+    x = X.copy()
+    with pytest.raises(ValueError, match="arguments 1 and 0 share memory"):
+        autodiff(Forward, reads_after_write, Duplicated(x, np.ones_like(x)),
+                 Duplicated(x, np.zeros_like(x)))
+    y = np.zeros_like(x)
+    (tangent,) = autodiff(Forward, reads_after_write, Duplicated(x, np.ones_like(x)),
+                          Duplicated(y, np.zeros_like(x)))
+    np.testing.assert_allclose(tangent, 4.0 * X.sum())
+
+
+@njit
+def writes_both(x, a, b):
+    a[0] = x * x
+    b[1] = 1.0
+    return b[0]
+
+
+@pytest.mark.parametrize("reverse", [True, False])
+def test_two_written_arguments_sharing_memory(reverse):
+    """Both written, the same buffer: one shadow (the derivative 2x reaches the
+    read through b) or a refusal, never the 0 that two shadows gave."""
+    def call(a, da, b, db):
+        if reverse:
+            return autodiff(Reverse, writes_both, Active(3.0), Duplicated(a, da),
+                            Duplicated(b, db))[0][0]
+        return autodiff(Forward, writes_both, Duplicated(3.0, 1.0), Duplicated(a, da),
+                        Duplicated(b, db))[0]
+
+    buf, d = np.zeros(2), np.zeros(2)
+    assert call(buf, d, buf, d) == 6.0
+    buf = np.zeros(2)
+    with pytest.raises(ValueError, match="arguments 1 and 2: the arrays and their shadows"):
+        call(buf, np.zeros(2), buf, np.zeros(2))
+    big, dbig = np.zeros(4), np.zeros(4)
+    with pytest.raises(ValueError, match="arguments 1 and 2: the arrays and their shadows"):
+        call(big[:2], dbig[:2], big[:2], dbig[1:3])
+    # distinct buffers: b[0] does not depend on x
+    assert call(np.zeros(2), np.zeros(2), np.zeros(2), np.zeros(2)) == 0.0
+
+
+@pytest.mark.parametrize("reverse", [True, False])
+def test_written_const_argument_sharing_memory_is_refused(reverse):
+    """b is Const, so its reads carry no derivative: after a's write of x*x
+    through the same memory, that would drop the derivative."""
+    buf = np.zeros(2)
+    x = Active(3.0) if reverse else Duplicated(3.0, 1.0)
+    with pytest.raises(ValueError, match="arguments 1 and 2 share memory"):
+        autodiff(Reverse if reverse else Forward, writes_both, x,
+                 Duplicated(buf, np.zeros(2)), Const(buf))
 
 
 @njit

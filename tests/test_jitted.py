@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from numba import njit
 
+import enzpy
 from enzpy import (Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse,
                    ReverseWithPrimal, autodiff)
 
@@ -211,12 +212,42 @@ def test_written_argument_sharing_memory_raises_inside_njit():
         _counts_gradient(x, x, dx)
 
 
+@njit
+def _writes_both(x, a, b):
+    a[0] = x * x
+    b[1] = 1.0
+    return b[0]
+
+
+@njit
+def _writes_both_gradient(x, a, da, b, db):
+    return autodiff(Reverse, _writes_both, Active(x), Duplicated(a, da), Duplicated(b, db))
+
+
+@njit
+def _writes_both_tangent(x, a, da, b, db):
+    return autodiff(Forward, _writes_both, Duplicated(x, 1.0), Duplicated(a, da),
+                    Duplicated(b, db))
+
+
+def test_two_written_arguments_sharing_memory_inside_njit():
+    """As from Python: the same buffer written through two arguments needs one
+    shadow, and forward mode checks aliasing too."""
+    for derivative in (_writes_both_gradient, _writes_both_tangent):
+        buf, d = np.zeros(2), np.zeros(2)
+        out = derivative(3.0, buf, d, buf, d)
+        assert (out[0][0] if derivative is _writes_both_gradient else out[0]) == 6.0
+        buf = np.zeros(2)
+        with pytest.raises(ValueError, match="arguments 1 and 2: the arrays and their"):
+            derivative(3.0, buf, np.zeros(2), buf, np.zeros(2))
+
+
 def test_shadows_that_mix_raise_inside_njit():
     """As from Python: a shadow sharing memory with its array, or two shadows sharing
     memory unlike their arrays, raise ValueError before anything is written; the same
     array twice with its shadow twice is fine."""
     out, x, d = np.zeros(3), np.array([0.3, 0.7, 1.1]), np.zeros(3)
-    with pytest.raises(ValueError, match="arguments 0 and 1: the shadows share memory"):
+    with pytest.raises(ValueError, match="arguments 0 and 1: the arrays and their shadows do not share memory alike"):
         _squares_gradient(out, d, x, d)
     with pytest.raises(ValueError, match="argument 1: the shadow shares memory with its array"):
         _squares_gradient(out, np.zeros(3), x, x)
@@ -269,3 +300,50 @@ def newton_on(g, x):
 
 def test_function_passed_as_an_argument():
     assert newton_on(shifted_exp, 1.0) == pytest.approx(math.log(3.0), rel=1e-15)
+
+
+@njit
+def _slope_squared(x, c):
+    (dx, _), = autodiff(Reverse, residual, Active(x), Const(c))
+    return dx * dx
+
+
+@pytest.mark.parametrize("mode", [Reverse, Forward])
+def test_differentiating_code_that_calls_autodiff_is_refused_by_name(mode):
+    """Nested AD: the refusal names the autodiff call and its line, not enzpy's
+    internal entry function."""
+    x = Active(0.5) if mode is Reverse else Duplicated(0.5, 1.0)
+    with pytest.raises(enzpy.UnsupportedError,
+                       match=r"enzpy.autodiff at test_jitted.py:\d+: code calling enzpy.autodiff"
+                             r" inside @njit cannot itself be differentiated") as info:
+        autodiff(mode, _slope_squared, x, Const(2.0))
+    line = int(str(info.value).split("test_jitted.py:")[1].split(":")[0])
+    assert "autodiff(Reverse, residual" in _source_line(line)
+    assert "'entry'" not in str(info.value)
+
+
+def _source_line(number):
+    with open(__file__) as fh:
+        return fh.read().splitlines()[number - 1]
+
+
+@njit
+def _pair_product(t):
+    return t[0].sum() * t[1].sum()
+
+
+@njit
+def _pair_gradient(t, dt):
+    return autodiff(Reverse, _pair_product, Duplicated(t, dt))
+
+
+def test_container_shadow_inside_njit_is_a_clear_type_error():
+    """Containers are differentiated from Python; inside @njit a TypeError says so."""
+    t = (np.ones(3), np.ones(2))
+    with pytest.raises(TypeError, match=r"inside @njit code, Duplicated takes a float array.*"
+                                        r"containers \(tuples, lists, jitclass objects\)"):
+        _pair_gradient(t, (np.zeros(3), np.zeros(2)))
+    dt = (np.zeros(3), np.zeros(2))
+    autodiff(Reverse, _pair_product, Duplicated(t, dt))
+    np.testing.assert_allclose(dt[0], 2.0)
+    np.testing.assert_allclose(dt[1], 3.0)
