@@ -61,6 +61,10 @@ assigned value or the argument of a math function) is huge or not finite. When
 enzpy and the finite difference disagree, steps 1e-7 and 1e-5 are tried too; the program
 fails only if none agrees with enzpy while the estimates at 1e-6 and 1e-7
 agree with each other (otherwise the point is rejected: no convergence).
+Programs with two Duplicated arrays of one shape are also run with one buffer
+passed as both, with one shadow and with two (``_check_aliasing``): the
+derivatives must be those of the function of the buffer, or enzpy must refuse
+the arguments sharing memory.
 
 By default programs run in a worker subprocess, so a crash (segfault, abort)
 or a hang is recorded as a failure of that program and the worker restarts
@@ -1069,6 +1073,8 @@ def generate_program(rng, features=FEATURES, max_statements=7, n_points=2):
         arrays["A"] = shape
     if g.has("outputs") and g.chance(0.3):
         shape = (int(rng.integers(1, 4)),)
+        if len(arrays.get("a", ())) == 1 and g.chance(0.5):
+            shape = arrays["a"]     # (then also passed one buffer: _check_aliasing)
         g.params["out"] = shape
         params.append(("out", "dup"))
         arrays["out"] = shape
@@ -1476,6 +1482,8 @@ def run_program(prog, rtol=1e-4, verbose=False, hvp=False):
                 problem = _check_forward(enzpy, f, prog, point, check)
             if problem is None and prog.layout_check:
                 problem = _check_layout(enzpy, f, prog, point, check)
+            if problem is None:
+                problem = _check_aliasing(enzpy, f, prog, point, atol, rtol)
             if problem is None and hvp:
                 problem = _check_hvp(enzpy, f, prog, point, atol, rtol)
             if problem is not None:
@@ -1603,6 +1611,76 @@ def _check_layout(enzpy, f, prog, point, check):
                 f"{check.enzpy[pos]!r} for a contiguous one")
     if np.any(shadow_base[1::2] != 0.0):
         return "STRIDED LAYOUT: the shadow was written between its elements"
+    return None
+
+
+def _check_aliasing(enzpy, f, prog, point, atol, rtol):
+    """Two Duplicated arrays of one shape passed one buffer (``f(a, a)``), with one
+    shadow and then with two: the derivatives (Active arguments' adjoints, the
+    buffer's gradient, summed over its shadows) of the function of that buffer, or
+    the ValueError refusing arguments that share memory; never other numbers. The
+    objective is check_gradient's: the return plus each seed dotted with its array
+    after the call (the buffer's seed counted once)."""
+    names = [name for name, kind in prog.params if kind == "dup"]
+    pair = next(((p, q) for i, p in enumerate(names) for q in names[i + 1:]
+                 if np.shape(point[p]) == np.shape(point[q])), None)
+    if pair is None:
+        return None
+    actives = [k for k, (_, kind) in enumerate(prog.params) if kind == "active"]
+
+    def objective(xs, buffer):
+        values = prog.values(point)
+        buffer = buffer.copy()
+        for k, (name, _) in enumerate(prog.params):
+            if name in pair:
+                values[k] = buffer
+        for k, x in zip(actives, xs):
+            values[k] = x
+        result = f(*values)
+        total = 0.0 if result is None else float(result)
+        for k, (name, kind) in enumerate(prog.params):
+            if kind == "dup" and name != pair[1]:
+                total += float(np.sum(prog.seeds[name] * values[k]))
+        return total
+
+    x0 = [point[prog.params[k][0]] for k in actives]
+    b0 = point[pair[0]]
+    estimates = []
+    for step in (1e-6, 1e-7):
+        dxs = []
+        for j in range(len(x0)):
+            up, down = list(x0), list(x0)
+            up[j] += step
+            down[j] -= step
+            dxs.append((objective(up, b0) - objective(down, b0)) / (2 * step))
+        db = np.empty_like(b0)
+        for i in np.ndindex(b0.shape):
+            e = np.zeros_like(b0)
+            e[i] = step
+            db[i] = (objective(x0, b0 + e) - objective(x0, b0 - e)) / (2 * step)
+        estimates.append(np.concatenate([dxs, db.ravel()]))
+    if not _close(estimates[0], estimates[1], 1e-3, atol):
+        return None                 # the differences do not converge: no verdict
+    for shadows in ("one", "two"):
+        args = prog.arg_spec(point)
+        buffer = b0.copy()
+        first = prog.seeds[pair[0]].copy()
+        second = first if shadows == "one" else np.zeros_like(first)
+        for k, (name, _) in enumerate(prog.params):
+            if name in pair:
+                args[k] = enzpy.Duplicated(buffer, first if name == pair[0] else second)
+        try:
+            (adjoints,) = enzpy.autodiff(enzpy.Reverse, f, *args)
+        except ValueError as exc:
+            if "share memory" in str(exc):
+                continue            # refused: a write through one, a read through the other
+            raise
+        gradient = first if shadows == "one" else first + second
+        got = np.concatenate([[adjoints[k] for k in actives], gradient.ravel()])
+        if not any(_close(got, fd, rtol, atol) for fd in estimates):
+            return (f"ALIASED ARGUMENTS: {pair[0]} and {pair[1]} passed one buffer with "
+                    f"{shadows} shadow(s): derivatives (actives, buffer) {got!r}, finite "
+                    f"differences {estimates[0]!r}")
     return None
 
 

@@ -244,6 +244,33 @@ def test_a_wrong_derivative_is_reported():
     assert result["status"] in ("failed",), result
 
 
+def test_aliased_arguments_are_checked():
+    """The aliasing check: one buffer passed as two written arrays. With one shadow
+    enzpy's derivative is that of the function of the buffer (passes); a wrong
+    adjoint of x0 (as two shadows once gave) is reported."""
+    src = ("def f(x0, a, out):\n"
+           "    a[0] = x0 * x0\n"
+           "    out[1] = 1.0\n"
+           "    return out[0] + a[1] * x0\n")
+    prog = fuzz.Program(src, [("x0", "active"), ("a", "dup"), ("out", "dup")],
+                        [{"x0": 1.3, "a": np.array([0.5, 0.7]), "out": np.array([0.1, 0.2])}],
+                        {"a": np.array([0.3, -0.2]), "out": np.array([1.0, 2.0])})
+    namespace = {}
+    exec("from numba import njit\n" + src, namespace)
+    f = njit(namespace["f"])
+    assert fuzz._check_aliasing(enzpy, f, prog, prog.points[0], 1e-6, 1e-4) is None
+
+    class TwoShadowsBug:                # a stand-in for enzpy returning a wrong adjoint
+        Duplicated, Reverse = enzpy.Duplicated, enzpy.Reverse
+
+        @staticmethod
+        def autodiff(mode, f, *args):
+            return ((1.78, None, None),)
+
+    problem = fuzz._check_aliasing(TwoShadowsBug, f, prog, prog.points[0], 1e-6, 1e-4)
+    assert problem is not None and "ALIASED ARGUMENTS" in problem
+
+
 # -- bugs the fuzzer found (fixed in 6da8ef7): KeyError '~exit...' in split_loop_exits -----
 @njit
 def _while_in_for(x, n):
