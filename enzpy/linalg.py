@@ -323,24 +323,56 @@ def _singular_cofactors(a):
     return (np.linalg.det(u) * np.linalg.det(vt)) * ((u * others.reshape(1, -1)) @ vt)
 
 
-def _det_fwd(a):
+@njit(cache=True)
+def _det_parts(a):
+    """(det(a), its cofactor matrix: the gradient of det, a^-T) from one LU
+    factorization; where ``a`` is singular, the cofactors from the SVD and an
+    empty a^-T."""
     sign, logdet, ainv, singular = _lu_slogdet_inverse(a)
     if singular:
-        return np.linalg.det(a), _singular_cofactors(a)
+        return np.linalg.det(a), _singular_cofactors(a), np.empty((0, 0), dtype=ainv.dtype)
     d = sign * np.exp(logdet)           # (as np.linalg.det)
-    return d, d * ainv.T                # (the cofactors)
+    ainv_t = np.ascontiguousarray(ainv.T)
+    return d, d * ainv_t, ainv_t
+
+
+@njit(cache=True)
+def _det_cofactors(a):
+    d, cofactors, _ = _det_parts(a)
+    return d, cofactors
+
+
+def _det_cofactors_fwd(a):
+    d, cofactors, ainv_t = _det_parts(a)
+    return (d, cofactors), (d, cofactors, ainv_t)
+
+
+def _det_cofactors_bwd(res, g):
+    # C = d A^-T: dC = d tr(A^-1 dA) A^-T - d A^-T dA^T A^-T
+    d, cofactors, ainv_t = res
+    gd, gc = g
+    if ainv_t.shape[0] != cofactors.shape[0]:
+        raise np.linalg.LinAlgError("second derivatives of det at a singular matrix: "
+                                    "Matrix is singular to machine precision.")
+    return ((gd + np.sum(gc * ainv_t)) * cofactors - d * (ainv_t @ gc.T @ ainv_t),)
+
+
+# (second order differentiates det's jvp rule in reverse, through this rule)
+builtin_vjp(__name__, "_det_cofactors", _det_cofactors_fwd, _det_cofactors_bwd)
+
+
+def _det_fwd(a):
+    return _det_cofactors(a)
 
 
 def _det_bwd(cofactors, g):
     return (g * cofactors,)
 
 
-# (forward mode and second order of a singular matrix raise LinAlgError)
 def _det_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
-    sign, logdet, ainv = _slogdet_inverse(a)
-    d = sign * np.exp(logdet)
-    return d, d * np.sum(ainv.T * da)
+    d, cofactors = _det_cofactors(a)
+    return d, np.sum(cofactors * da)
 
 
 _rule("det_impl", _det_fwd, _det_bwd, _det_jvp)

@@ -145,15 +145,15 @@ def _logabsdet(a):
 
 
 def test_slogdet_of_a_singular_matrix_raises_and_writes_nothing():
-    # log|det| has no derivative there: LinAlgError, as the primal's np.linalg.inv; so
-    # does det's forward mode, which goes through the inverse (its reverse mode does not)
+    # log|det| has no derivative there: LinAlgError, as the primal's np.linalg.inv, in
+    # both modes (det has one: test_det_gradient_at_a_singular_matrix_is_the_cofactor_matrix)
     a = np.array([[1.0, 2.0], [2.0, 4.0]])
     da = np.zeros_like(a)
     with pytest.raises(np.linalg.LinAlgError, match="singular"):
         autodiff(Reverse, _logabsdet, Duplicated(a, da))
     assert not da.any()
     with pytest.raises(np.linalg.LinAlgError, match="singular"):
-        autodiff(Forward, _det, Duplicated(a, np.ones_like(a)))
+        autodiff(Forward, _logabsdet, Duplicated(a, np.ones_like(a)))
 
 
 @pytest.mark.parametrize("f", [_det, _logabsdet], ids=["det", "slogdet"])
@@ -356,6 +356,32 @@ def test_det_gradient_at_a_singular_matrix_is_the_cofactor_matrix(a, cofactors):
     _, d = autodiff(enzpy.ReverseWithPrimal, _det, Duplicated(a, da))
     assert d == 0.0
     np.testing.assert_allclose(da, cofactors, atol=1e-12)
+    direction = np.arange(1.0, a.size + 1.0).reshape(a.shape)
+    (tangent,) = autodiff(Forward, _det, Duplicated(a.copy(), direction))
+    assert tangent == pytest.approx(np.sum(cofactors * direction), abs=1e-12)
+
+
+@njit
+def _det_squared(a):
+    return np.linalg.det(a) ** 2 + np.linalg.det(a)
+
+
+def test_det_second_order_through_its_cofactors_rule():
+    """hvp differentiates det's jvp rule, det(a) and cofactors(a), in reverse:
+    against central differences of the gradient; at a singular matrix, where the
+    rule would need the inverse, LinAlgError."""
+    rng = np.random.default_rng(3)
+    a, v = rng.standard_normal((4, 4)), rng.standard_normal((4, 4))
+
+    def gradient(at):
+        da = np.zeros_like(at)
+        autodiff(Reverse, _det_squared, Duplicated(at.copy(), da))
+        return da
+
+    expected = (gradient(a + 1e-6 * v) - gradient(a - 1e-6 * v)) / 2e-6
+    np.testing.assert_allclose(enzpy.hvp(_det_squared, a, v), expected, rtol=1e-6, atol=1e-6)
+    with pytest.raises(np.linalg.LinAlgError, match="second derivatives of det"):
+        enzpy.hvp(_det_squared, np.array([[1.0, 2.0], [2.0, 4.0]]), np.ones((2, 2)))
 
 
 # -- cholesky, eigh and eigvalsh read the lower triangle only --------------------------------
