@@ -14,8 +14,9 @@ from numba.core.registry import cpu_target
 
 from . import arguments, diskcache, fastpath
 from .arguments import (aliasing_message, array_fields, arrays_in, check_shadow,
-                        conflicting_shadows, overlaps_itself, rebuild_adjoint, restore_array_fields, share_memory,
-                        strided_like, unlike_shadows_message)
+                        conflicting_shadows, overlaps_itself, rebuild_adjoint,
+                        restore_array_fields, share_memory, strided_like,
+                        unlike_shadows_message)
 from .cache import STATS
 from .pipeline import build, entries as _entries, fast_paths as _fast_paths
 from .pipeline import reports as _reports, typed_signature
@@ -287,12 +288,12 @@ def _differentiate(mode, f, disp, args):
     shadows, copies = _shadow_values(args, entry.shadow_positions, entry.written_shadowed)
     # A field the function reassigns (o.w = o.w * x) leaves the shadow object's field
     # on the new array's shadow, spent by the reverse sweep; the derivative is in the
-    # shadow array the field held, which it gets back.
-    held = [(a.dval, array_fields(a.dval)) for a in args
-            if mode.reverse and type(a) is Duplicated and not isinstance(a.val, np.ndarray)]
+    # shadow array the field held, which it gets back (objects in containers too).
+    held = [field for a in args
+            if mode.reverse and type(a) is Duplicated and not isinstance(a.val, np.ndarray)
+            for field in array_fields(a.dval)]
     out = entry.call(*values, *shadows)
-    for shadow, fields in held:
-        restore_array_fields(shadow, fields)
+    restore_array_fields(held)
     if copies:
         for dx, stand_in in copies:
             dx[...] = stand_in

@@ -192,15 +192,23 @@ def arrays_in(obj):
 
 
 def array_fields(obj) -> list:
-    """(name, array) of the array fields of a jitclass or structref object."""
-    return [(name, value) for name in _object_fields(obj) or ()
-            if isinstance(value := getattr(obj, name), np.ndarray)]
+    """(object, name, array) of the array fields of the jitclass and structref
+    objects ``obj`` is or holds (as ``arrays_in`` walks it)."""
+    if isinstance(obj, (tuple, list, typed.List)):
+        return [field for v in obj for field in array_fields(v)]
+    if isinstance(obj, (dict, typed.Dict)):
+        return [field for v in obj.values() for field in array_fields(v)]
+    fields = []
+    for name in _object_fields(obj) or ():
+        value = getattr(obj, name)
+        fields += [(obj, name, value)] if isinstance(value, np.ndarray) else array_fields(value)
+    return fields
 
 
-def restore_array_fields(obj, fields):
-    """Point the fields of ``obj`` (``array_fields`` before a call) that the
-    call made refer to other memory back to the arrays they held."""
-    for name, array in fields:
+def restore_array_fields(fields):
+    """Point the fields (``array_fields`` before a call) that the call made
+    refer to other memory back to the arrays they held."""
+    for obj, name, array in fields:
         now = getattr(obj, name)
         if now.__array_interface__["data"][0] != array.__array_interface__["data"][0] \
                 or now.shape != array.shape:

@@ -326,6 +326,35 @@ def test_reassigned_field_gets_its_derivative_in_the_shadow_object(n):
     assert n == 0 or not np.array_equal(p.a, a0)        # the primal keeps its new state
 
 
+@njit
+def leapfrog_pair(states, dt, n):
+    s = 0.0
+    for state in (states[0], states[1]):
+        for _ in range(n):
+            state.a = state.a + dt * np.sin(state.a) * state.c
+        s += (state.a ** 2).sum()
+    return s
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+@pytest.mark.parametrize("container", [tuple, list])
+def test_reassigned_fields_of_objects_in_a_container(container, n):
+    # objects in a tuple or list: their shadows' fields were left on spent shadows
+    # (reading them gave zeros)
+    p = Params(np.array([0.5, -1.0, 2.0]), 1.5, 0)
+    q = Params(np.array([0.3, 0.1]), 0.7, 0)
+    a0, b0 = p.a.copy(), q.a.copy()
+    dp, dq = zeros_like(p), zeros_like(q)
+    passed = dp.a
+    autodiff(Reverse, leapfrog_pair, Duplicated(container([p, q]), container([dp, dq])),
+             Const(0.1), Const(n))
+    for shadow, start, c in ((dp, a0, 1.5), (dq, b0, 0.7)):
+        want_a, want_c = leapfrog_gradient(start, c, 0.1, n)
+        np.testing.assert_allclose(shadow.a, want_a, rtol=1e-12)
+        assert shadow.c == pytest.approx(want_c, rel=1e-12, abs=1e-15)
+    assert dp.a.ctypes.data == passed.ctypes.data
+
+
 def test_shadow_object_must_fit():
     p = Params(np.ones(3), 1.0, 0)
     with pytest.raises(TypeError, match="same class"):
