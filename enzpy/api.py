@@ -381,8 +381,7 @@ def _float_tangents(tangent):
 def _check_aliases(entry, values):
     for written, reread in entry.alias_checks:
         if any(share_memory(a, values[reread]) for a in arrays_in(values[written])):
-            raise ValueError(
-                aliasing_message(written, reread))
+            raise ValueError(aliasing_message(written, reread))
 
 
 def build_report(f):

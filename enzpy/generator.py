@@ -73,16 +73,16 @@ class DerivativeGenerator:
                             f"a product of arrays that depend on the differentiated inputs is "
                             f"written to memory without a shadow (`{ins.text}`)"
                             f"{self._where(ins)}{self._const_advice(out)}")
-                if ins.opcode == "call" and self._escapes(ins) and self._calls_autodiff():
-                    error = UnsupportedError(
-                        "code calling enzpy.autodiff inside @njit cannot itself be "
-                        "differentiated yet (nested AD: the inner derivative is machine "
-                        "code enzpy cannot see into); for second order use enzpy.hvp or "
-                        "enzpy.hessian, or give the function calling autodiff a derivative "
-                        "with enzpy.defvjp")
-                    error.construct = "enzpy.autodiff"
-                    raise error
                 if ins.opcode == "call" and self._escapes(ins):
+                    if self._calls_autodiff():
+                        error = UnsupportedError(
+                            "code calling enzpy.autodiff inside @njit cannot itself be "
+                            "differentiated yet (nested AD: the inner derivative is machine "
+                            "code enzpy cannot see into); for second order use enzpy.hvp or "
+                            "enzpy.hessian, or give the function calling autodiff a "
+                            "derivative with enzpy.defvjp")
+                        error.construct = "enzpy.autodiff"
+                        raise error
                     what = (f"'{ins.callee}', which enzpy cannot differentiate" if ins.callee
                             else "an indirect call (indirect call with active arguments)")
                     raise UnsupportedError(

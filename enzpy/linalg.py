@@ -338,6 +338,7 @@ def _det_parts(a):
 
 @njit(cache=True)
 def _det_cofactors(a):
+    """(det(a), its cofactor matrix), for every mode's rule of det."""
     d, cofactors, _ = _det_parts(a)
     return d, cofactors
 

@@ -22,6 +22,7 @@ lowers the user's code, Numba's own errors) is a bug in enzpy, reported as an
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import os
 import threading
@@ -676,8 +677,8 @@ def _alias_checks(ctx, readonly, symbol, signature):
                    if kind == "arg" and i in owner}
     written_arrays = sorted(written & arrays)
     apart = [(w, r) for w in sorted(written) for r in sorted(arrays - written)]
-    apart += [(w, r) for w in written_arrays for r in written_arrays
-              if w < r and not kinds[w] == kinds[r] == "Duplicated"]
+    apart += [(w, r) for w, r in itertools.combinations(written_arrays, 2)
+              if not kinds[w] == kinds[r] == "Duplicated"]
     return apart, [p for p in written_arrays if kinds[p] == "Duplicated"]
 
 
