@@ -302,10 +302,33 @@ _PROCESS_BOUND = re.compile(r"B\d+v\d+|numba\.dynamic\.globals\.[0-9a-f]+|"
                             r"inttoptr \(i64 \d+ to ptr\)")
 
 
+# Names that differ between processes without a difference in the code: array
+# expressions carry the address of their IR node, byte strings Python's salted
+# hash of their contents, inlined closures a counter; and Numba's ABI tags
+# (``B42c8t...``, its compile flags) differ between a function it compiled in
+# this process and one it loaded from its cache, which enzpy lowers again with
+# other flags (the code's own flags show in its instructions).
+_NAME_NOISE = re.compile(r"(__numba_array_expr_)0x[0-9a-f]+|(@\.bytes\.)-?\d+|"
+                         r"(_listcomp__v)\d+__|\[\d+( x i8\] c\")")
+_ABI_TAG = re.compile(r"B(\d+)(?=c8t)")
+
+
+def _without_abi_tags(text) -> str:
+    parts, end = [], 0
+    for m in _ABI_TAG.finditer(text):
+        if m.start() < end:
+            continue
+        parts.append(text[end:m.start()])
+        end = m.end() + int(m.group(1))
+    return "".join(parts) + text[end:]
+
+
 def primal_digest(module_text: str) -> str:
     """A hash of Numba's linked IR of a function and its callees, the same in
     every process compiling the same code with the same frozen values."""
-    return hashlib.sha256(_PROCESS_BOUND.sub("", module_text).encode()).hexdigest()
+    text = _NAME_NOISE.sub(lambda m: "".join(filter(None, m.groups())),
+                           _PROCESS_BOUND.sub("", module_text))
+    return hashlib.sha256(_without_abi_tags(text).encode()).hexdigest()
 
 
 def program_key(disp) -> str:

@@ -425,8 +425,9 @@ def dispatcher_of(symbol: str):
     return found
 
 
-# Callables (symbol, mode) -> [(dispatcher, argument types)]: more functions to
-# link beside a function (the glue of a custom derivative rule of it).
+# Callables (symbol, mode, builtin) -> [(dispatcher, argument types)]: more
+# functions to link beside a function (the glue of a custom derivative rule of
+# it; of enzpy's own rules too if ``builtin``).
 EXTRA_CALLEES: list = []
 
 
@@ -612,12 +613,13 @@ def collect_module(root: Lowered) -> dict:
     return lowered
 
 
-def link_module(root: Lowered, lowered: dict, mode="reverse"):
+def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True):
     """Link the raw IR of ``root`` and of every Numba function it reaches
     (``lowered`` gains the glue of custom rules the derivative in ``mode``
     calls: for the functions ``root`` reaches, and in ``hvp``, which
-    differentiates glue again, for those the glue reaches too). Returns the
-    module and the ``OriginalBlocks`` of its functions."""
+    differentiates glue again, for those the glue reaches too; that of
+    enzpy's own rules only if ``builtin_glue``). Returns the module and the
+    ``OriginalBlocks`` of its functions."""
     def lowered_of(symbol):
         return root if symbol == root.symbol else lowered.get(symbol)
 
@@ -634,7 +636,7 @@ def link_module(root: Lowered, lowered: dict, mode="reverse"):
                                                                       references)
         for name in [fn.name for fn in module.functions if fn.name in differentiated]:
             for extra in EXTRA_CALLEES:
-                for disp, args in extra(name, mode):
+                for disp, args in extra(name, mode, builtin_glue):
                     low = lower(disp, args)
                     lowered.setdefault(low.symbol, low)
                     missing.append(low.symbol)

@@ -198,10 +198,8 @@ class Build:
         """Numba's IR of the function and of all it calls, linked (once per build)."""
         if self.captured is not None:
             return self.captured
-        # a function with a custom rule is differentiated through a call of it
-        disp = userrules.trampoline(self.disp) if userrules.has_rule(self.disp) else self.disp
         with self.stage("numba_compile", user_code=True), frontend.numba_timings() as split:
-            low = frontend.lower(disp, self.argtypes)
+            low = frontend.lower(self._root(), self.argtypes)
             # (callees Numba compiled already are only looked up here)
             lowered = frontend.collect_module(low)
         self.report.numba = split
@@ -210,12 +208,27 @@ class Build:
         self.captured = low, lowered, module, blocks
         return self.captured
 
+    def _root(self):
+        # a function with a custom rule is differentiated through a call of it
+        return userrules.trampoline(self.disp) if userrules.has_rule(self.disp) else self.disp
+
+    def _user_module(self):
+        """The linked IR of the program without the glue of enzpy's own rules
+        (enzpy's code, keyed by its version): what Numba compiled of the user's
+        code, and all a cache entry's ``primal_digest`` covers."""
+        if self.mode != "hvp":       # (no other mode links that glue)
+            return self.capture()[2]
+        with self.stage("numba_compile", user_code=True):
+            low = frontend.lower(self._root(), self.argtypes)
+            lowered = frontend.collect_module(low)
+        return frontend.link_module(low, lowered, self.mode, builtin_glue=False)[0]
+
     def lower(self):
-        low, lowered, module, blocks = self.capture()
-        self.captured = None                 # (cleanup changes the module)
         if self.fingerprint is not None and self.digest is None:
             with self.stage("cache_lookup"):         # (what the cache entry is built from)
-                self.digest = fingerprint.primal_digest(str(module))
+                self.digest = fingerprint.primal_digest(str(self._user_module()))
+        low, lowered, module, blocks = self.capture()
+        self.captured = None                 # (cleanup changes the module)
         with self.stage("cleanup"):
             frontend.mark_small_helpers(module, lambda name: name == low.symbol or
                                         custom.covered(name) or _user_code(lowered.get(name)),
@@ -325,9 +338,8 @@ class Build:
             # globals had then, which the walk (today's values) does not see: an
             # entry is used only if built from the same compiled code, and one
             # built from code compiled before the call has a key covering it
-            module = self.capture()[2]
             with self.stage("cache_lookup"):
-                self.digest = fingerprint.primal_digest(str(module))
+                self.digest = fingerprint.primal_digest(str(self._user_module()))
         with self.stage("cache_lookup"):
             if self.fingerprint.key in diskcache.unloadable:
                 # its names may be half defined in this process: build it unnamed

@@ -211,13 +211,14 @@ def trampoline(disp):
     return _trampolines[disp]
 
 
-def glue_dispatchers(symbol, mode):
+def glue_dispatchers(symbol, mode, builtin=True):
     """The glue functions a derivative in ``mode`` calls for a call of
     ``symbol``, as (dispatcher, argument types): ``frontend.link_module``
     links their raw IR. (``hvp`` differentiates forward-mode glue in reverse
-    mode: it needs both.)"""
+    mode: it needs both.) Those of enzpy's own rules only if ``builtin``."""
     found_rule = rule_of(symbol)
-    if found_rule is None or (found_rule[0].builtin is not None and mode != "hvp"):
+    if found_rule is None or (found_rule[0].builtin is not None and
+                              (mode != "hvp" or not builtin)):
         return []           # (first-order derivatives call built-in rules' glue by name)
     found = []
     for glue_mode in ("reverse", "forward") if mode == "hvp" else (mode,):

@@ -766,3 +766,87 @@ def test_literally_is_refused_by_name():
     power(1.5, 3)
     with pytest.raises(enzpy.UnsupportedError, match="literally.*on n"):
         autodiff(Reverse, power, Active(1.5), Const(3))
+
+
+COMPILED_FIRST_RUN = '''
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import enzpy
+from enzpy import Duplicated, Reverse, autodiff
+import compiled_first as m
+
+x = np.linspace(0.1, 1.0, 4)
+caches = []
+for f in (m.ufunc_call, m.array_expression, m.listed):
+    f(x)                          # compiled by Numba before enzpy sees it
+    dx = np.zeros(4)
+    autodiff(Reverse, f, Duplicated(x, dx))
+    caches.append((enzpy.build_report(f)[-1].cache, dx.tolist()))
+m.soft_plus(x)
+hv = enzpy.hvp(m.soft_plus, x, np.ones(4))      # links the glue of enzpy's rule for logaddexp
+caches.append((enzpy.build_report(m.soft_plus)[-1].cache, hv.tolist()))
+print(json.dumps(caches))
+'''
+
+COMPILED_FIRST = '''
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def cached_helper(v):
+    if v.shape[0] > 100:
+        raise ValueError("too long")
+    return (v * v).sum()
+
+
+@njit
+def ufunc_call(x):
+    return np.sin(x).sum()
+
+
+@njit
+def array_expression(x):
+    return (x * x[0] + 1.0).sum() + cached_helper(x)
+
+
+@njit
+def listed(x):
+    return sum([x[i] * x[i] for i in range(x.shape[0])])
+
+
+@njit
+def soft_plus(x):
+    return np.logaddexp(x, 0.0).sum()
+'''
+
+
+def test_code_numba_compiled_before_the_call_is_loaded_by_a_later_process(tmp_path):
+    """Numba's IR of code it compiled before ``autodiff`` (and ``hvp``) names array
+    expressions by an address, byte strings by a salted hash, inlined list
+    comprehensions by a counter, and a function loaded from Numba's own cache
+    by other flags than one compiled fresh: none of that may key the entry."""
+    (tmp_path / "compiled_first.py").write_text(COMPILED_FIRST)
+    (tmp_path / "run.py").write_text(COMPILED_FIRST_RUN)
+    runs = []
+    for _ in range(3):
+        done = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path)],
+                              capture_output=True, text=True, timeout=600, env=dict(
+                                  os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache")))
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert [cache for cache, _ in runs[0]] == ["stored"] * 4
+    assert [cache for cache, _ in runs[1]] == ["loaded"] * 4
+    assert [cache for cache, _ in runs[2]] == ["loaded"] * 4
+    x = np.linspace(0.1, 1.0, 4)
+    first = np.full(4, x[0]) + 2 * x
+    first[0] += x.sum()
+    for run in runs:
+        (_, ufunc), (_, expression), (_, listed), (_, hv) = run
+        np.testing.assert_allclose(ufunc, np.cos(x), rtol=1e-12)
+        np.testing.assert_allclose(expression, first, rtol=1e-12)
+        np.testing.assert_allclose(listed, 2 * x, rtol=1e-12)
+        sigmoid = 1 / (1 + np.exp(-x))
+        np.testing.assert_allclose(hv, sigmoid * (1 - sigmoid), rtol=1e-12)
+    assert len(list((tmp_path / "cache").glob("*.enzpy"))) == 4
