@@ -24,7 +24,6 @@ from numba.extending import get_cython_function_address, intrinsic, overload
 from numba.np import linalg as numba_linalg
 
 from .userrules import builtin_vjp
-from .errors import UnsupportedError
 
 _MODULE = "numba.np.linalg"
 
@@ -710,17 +709,27 @@ def _qr_bwd(res, g):
     return (abar,)
 
 
+@njit(cache=True)
+def _qr_jvp_tall(q, r, da):
+    # m >= n: dq = q omega + (I - q q^T) da r^-1, dr = (q^T da r^-1 - omega) r
+    c = _solve_defined(r.T, (q.T @ da).T).T            # q^T da r^-1
+    omega = np.tril(c, -1) - np.tril(c, -1).T
+    dq = q @ omega + (da - q @ (q.T @ da)) @ np.linalg.inv(r)
+    return dq, (c - omega) @ r
+
+
 def _qr_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     q, r = np.linalg.qr(a)
     m, n = a.shape
-    if m < n:
-        raise UnsupportedError("np.linalg.qr: forward mode supports matrices with at least as "
-                               "many rows as columns (reverse mode supports any shape)")
-    c = _solve_defined(r.T, (q.T @ da).T).T            # q^T da r^-1
-    omega = np.tril(c, -1) - np.tril(c, -1).T
-    dq = q @ omega + (da - q @ (q.T @ da)) @ np.linalg.inv(r)
-    dr = (c - omega) @ r
+    if m >= n:
+        return (q, r), _qr_jvp_tall(q, r, da)
+    # m < n: a = [x | y] with x = q u square and v = q^T y, so dv = dq^T y + q^T dy
+    dq, du = _qr_jvp_tall(q, np.ascontiguousarray(r[:, :m]), np.ascontiguousarray(da[:, :m]))
+    dr = np.empty((m, n), dtype=r.dtype)
+    dr[:, :m] = du
+    y, dy = np.ascontiguousarray(a[:, m:]), np.ascontiguousarray(da[:, m:])
+    dr[:, m:] = np.ascontiguousarray(dq).T @ y + q.T @ dy
     return (q, r), (dq, dr)
 
 

@@ -1835,6 +1835,12 @@ def qr_q_squares(A, W):
 
 
 @njit
+def qr_weighted(A, WQ, WR):
+    q, r = np.linalg.qr(A)
+    return (WQ * q).sum() + (WR * r * r).sum()
+
+
+@njit
 def pinv_weighted(A, W):
     return (W * np.linalg.pinv(A)).sum()
 
@@ -1917,6 +1923,9 @@ _add("qr_product_f64", ["np.linalg.qr", "@"], qr_product,
      lambda: [normal(526, (4, 3)), weights(526, (4, 3))], tags=("linalg",))
 _add("qr_q_squares_f64", ["np.linalg.qr"], qr_q_squares,
      lambda: [well(527, 3), weights(527, (3, 3))], tags=("linalg",))
+_add("qr_wide_f64", ["np.linalg.qr"], qr_weighted,
+     lambda: [normal(529, (3, 5)), weights(529, (3, 3)), weights(1529, (3, 5))],
+     tags=("linalg",))
 _add("pinv_f64", ["np.linalg.pinv"], pinv_weighted,
      lambda: [singular(528, 5, 3), weights(528, (3, 5))], tags=("linalg",), hvp=True)
 _add("matrix_power_f64", ["np.linalg.matrix_power"], matrix_power_fn,

@@ -291,15 +291,40 @@ def _pinv_weighted(A, b, w):
 
 
 @njit
-def _qr_weighted(A):
+def _qr_weighted(A, wq, wr):
     Q, R = np.linalg.qr(A)
-    return (R * R).sum() + Q[0, 0]
+    return (wq * Q).sum() + (wr * R * R).sum()
 
 
-def test_qr_of_a_wide_matrix_in_forward_mode_is_refused_as_unsupported():
-    A = np.random.default_rng(8).standard_normal((3, 5))
-    with pytest.raises(enzpy.UnsupportedError, match="at least as many rows as columns"):
-        autodiff(Forward, _qr_weighted, Duplicated(A, np.ones_like(A)))
+@pytest.mark.parametrize("shape", [(3, 5), (5, 3), (4, 4), (1, 3)])
+def test_qr_of_wide_tall_and_square_matrices_in_every_mode(shape):
+    rng = np.random.default_rng(8)
+    A = rng.standard_normal(shape)
+    k = min(shape)
+    wq, wr = rng.standard_normal((shape[0], k)), rng.standard_normal((k, shape[1]))
+    want = _fd(lambda x: _qr_weighted(x, wq, wr), A)
+    dA = np.zeros_like(A)
+    autodiff(Reverse, _qr_weighted, Duplicated(A, dA), Const(wq), Const(wr))
+    np.testing.assert_allclose(dA, want, rtol=1e-6, atol=1e-7)
+    v = rng.standard_normal(shape)
+    (tangent,) = autodiff(Forward, _qr_weighted, Duplicated(A, v), Const(wq), Const(wr))
+    assert tangent == pytest.approx(np.sum(want * v), rel=1e-6, abs=1e-7)
+
+
+def test_qr_of_a_wide_matrix_second_order():
+    rng = np.random.default_rng(9)
+    A = rng.standard_normal((2, 4))
+    wq, wr = rng.standard_normal((2, 2)), rng.standard_normal((2, 4))
+    v = rng.standard_normal(A.shape)
+
+    def gradient(x):
+        dx = np.zeros_like(x)
+        autodiff(Reverse, _qr_weighted, Duplicated(x, dx), Const(wq), Const(wr))
+        return dx
+
+    h = 1e-5
+    want = (gradient(A + h * v) - gradient(A - h * v)) / (2 * h)
+    np.testing.assert_allclose(enzpy.hvp(_qr_weighted, A, v, wq, wr), want, rtol=1e-5, atol=1e-6)
 
 
 @njit
