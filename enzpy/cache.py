@@ -292,8 +292,9 @@ class ModuleBuilder:
         earlier = names[:names.index(ins.block.name)] if ins.block.name in names else []
         return next((b for b in reversed(earlier) if _BLOCK_LABEL.match(b)), block)
 
-    def describe(self, symbol, ins) -> str:
-        """' in function 'f' (near line N)' for messages about ``ins``."""
+    def describe(self, symbol, ins, written=None) -> str:
+        """' in function 'f' (near line N)' for messages about ``ins`` (which
+        writes into the array named ``written``, if given)."""
         block = self._numba_block(symbol, ins)
         tangent = _TANGENT_NAME.match(symbol)
         if tangent:                 # a tangent function, differentiated again
@@ -304,14 +305,30 @@ class ModuleBuilder:
             return f" in {_RUNTIME_PURPOSE[symbol]} (second order through it is not supported)"
         text = f" in {name}" if PARALLEL_LOOP_BODY.search(symbol) and low is None \
             else f" in function '{name}'"
-        if low is not None:
-            if symbol not in self._lines:
-                self._lines[symbol] = low.source_lines()
-            m = _BLOCK_LABEL.match(block or "")
-            line = self._lines[symbol].get(f"B{m.group(1)}") if m else None
-            if line is not None:
-                text += f" (near line {line})"
+        line = self._line(symbol, low, block, ins, written) if low is not None else None
+        if line is not None:
+            text += f" (near line {line})"
         return text
+
+    def _line(self, symbol, low, block, ins, written):
+        """The source line of ``ins``: that of the one call or write it comes from
+        where the function has one, else the first line of its Numba block."""
+        if symbol not in self._lines:
+            self._lines[symbol] = low.source_lines()
+        if block == "entry":        # (Numba's entry block falls through to B0)
+            block = "B0"
+        if ins.opcode == "call" and ins.callee:
+            callee = demangle(ins.callee)
+            for labels in ([block], self._lines[symbol]):
+                lines = {line for label in labels for line, name in low.calls(label)
+                         if name and _short(name) in callee}
+                if len(lines) == 1:
+                    return lines.pop()
+        lines = low.lines_writing(written) if written else ()
+        if len(lines) == 1:
+            return next(iter(lines))
+        m = _BLOCK_LABEL.match(block or "")
+        return self._lines[symbol].get(f"B{m.group(1)}") if m else None
 
     def at_user_call(self, symbol, exc: UnsupportedError) -> UnsupportedError:
         """``exc``, raised in the derivative of ``symbol``, prefixed with the NumPy call
@@ -431,7 +448,7 @@ class ModuleBuilder:
 
 def _short(numpy_name) -> str:
     """What Numba's implementation of a NumPy call is named after (np.linalg.eig -> eig)."""
-    return "dot" if numpy_name == "@" else numpy_name.rpartition(".")[2]
+    return {"@": "dot", "**": "pow"}.get(numpy_name) or numpy_name.rpartition(".")[2]
 
 
 # Callees written ahead of their callers (see reverse_reads) nest Python calls.

@@ -282,11 +282,19 @@ class Lowered:
             if isinstance(expr, numba_ir.Expr) and expr.op == "call":
                 found.append((stmt.loc.line, _numpy_name(annotation.typemap.get(expr.func.name))))
             elif isinstance(expr, numba_ir.Expr) and expr.op in ("binop", "inplace_binop") \
-                    and expr.fn is operator.matmul:
-                found.append((stmt.loc.line, "@"))
+                    and expr.fn in _OPERATOR_CALLS:
+                found.append((stmt.loc.line, _OPERATOR_CALLS[expr.fn]))
             elif isinstance(expr, numba_ir.Expr) and expr.op == "arrayexpr":
                 found += [(stmt.loc.line, n) for n in _ufuncs_in(expr.expr)]
         return found
+
+    def lines_writing(self, variable) -> set:
+        """The source lines of ``variable[...] = ...`` (of any of Numba's versions of it)."""
+        return {stmt.loc.line
+                for block in getattr(self.cres.type_annotation, "blocks", {}).values()
+                for stmt in block.body
+                if isinstance(stmt, (numba_ir.SetItem, numba_ir.StaticSetItem))
+                and stmt.target.name.partition(".")[0] == variable}
 
     def data_pointer_types(self, ctx) -> dict:
         return data_pointer_types(ctx, self.argtypes, self.restype)
@@ -561,15 +569,24 @@ _LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep
                       for path in (numba.__file__, __file__))
 
 
+# The operators whose implementation is a call of its own: (a @ b, z ** 3)
+_OPERATOR_CALLS = {operator.matmul: "@", operator.pow: "**", operator.ipow: "**"}
+
+
 @functools.cache
 def _numpy_names() -> dict:
-    """id(object) -> how users spell it, for NumPy's public functions and ufuncs
-    (and enzpy's autodiff, which @njit code may call)."""
+    """id(object) -> how users spell it, for NumPy's public functions and ufuncs,
+    the math and cmath modules' functions (and enzpy's autodiff, which @njit
+    code may call)."""
+    import cmath
+    import math
+
     import numpy as np
 
     from . import api
     names = {id(api.autodiff): "enzpy.autodiff"}
-    for prefix, module in (("np.random.", np.random), ("np.linalg.", np.linalg),
+    for prefix, module in (("math.", math), ("cmath.", cmath),
+                           ("np.random.", np.random), ("np.linalg.", np.linalg),
                            ("np.fft.", np.fft), ("np.lib.stride_tricks.", np.lib.stride_tricks),
                            ("np.", np)):
         for attr, obj in vars(module).items():

@@ -21,6 +21,8 @@ from .runtime import VARSIZE_FREE
 # pointer and returns the floored quotient directly: piecewise constant, so its
 # derivative is zero. Other functions returning a float directly are refused.
 FLOOR_QUOTIENT = re.compile(r"numba6python3remE")
+# Numba's name of an argument's LLVM parameter: arg.x, or arg.a.4 for a field of array a
+_NUMBA_ARGUMENT = re.compile(r"^arg\.(\w+?)(?:\.\d+)?$")
 
 
 class DerivativeGenerator:
@@ -43,8 +45,8 @@ class DerivativeGenerator:
         self.never_null_refs = set()   # the reverse's values of such shadows
         self._lossy_stores = None      # see ShadowMemory.may_lose_derivative
 
-    def _where(self, ins) -> str:
-        return self.describe(self.fn.name, ins)
+    def _where(self, ins, written=None) -> str:
+        return self.describe(self.fn.name, ins, written)
 
     def _check_unsupported(self):
         for b in self.fn.blocks:
@@ -57,7 +59,8 @@ class DerivativeGenerator:
                         and not self.act.is_shadowed(ins.operands[1]):
                     raise UnsupportedError(
                         f"a value that depends on the differentiated inputs is stored to "
-                        f"memory without a shadow (`{ins.text}`){self._where(ins)}"
+                        f"memory without a shadow (`{ins.text}`)"
+                        f"{self._where(ins, self._argument_name(ins.operands[1]))}"
                         f"{self._const_advice(ins.operands[1])}")
                 self._check_shadow_kept(ins)
                 if ins.callee == VARSIZE_FREE and self.act.is_shadowed(ins.args[0]) and \
@@ -184,14 +187,24 @@ class DerivativeGenerator:
                 return "the argument it is written into"
         return "the memory it is written into"
 
+    def _argument_name(self, ptr):
+        """The name of the user's argument the memory at ``ptr`` belongs to, or None."""
+        user_args = self.builder.user_args.get(self.fn.name, ())
+        names = {_NUMBA_ARGUMENT.match(self.fn.args[index].name).group(1)
+                 for kind, index in self._roots(ptr)
+                 if kind == "arg" and index in user_args
+                 and _NUMBA_ARGUMENT.match(self.fn.args[index].name)}
+        return names.pop() if len(names) == 1 else None
+
     def _const_advice(self, ptr) -> str:
         """Advice to pass the written argument as Duplicated, where the memory
         written is reached from an argument of the user's function."""
         user_args = self.builder.user_args.get(self.fn.name, ())
-        if any(kind == "arg" and index in user_args for kind, index in self._roots(ptr)):
-            return (": pass the argument it writes as Duplicated(value, zero shadow), "
-                    "not Const")
-        return ""
+        if not any(kind == "arg" and index in user_args for kind, index in self._roots(ptr)):
+            return ""
+        name = self._argument_name(ptr)
+        which = f"'{name}'" if name else "the argument it writes"
+        return f": pass {which} as Duplicated(value, zero shadow), not Const"
 
     def _escapes(self, ins) -> bool:
         """A call outside enzpy's knowledge receiving a varied float (e.g. boxing

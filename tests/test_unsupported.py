@@ -208,20 +208,26 @@ def unsup_generator_consumer(x):
     return s
 
 
+def _line_of(f, text):
+    """The source line of ``f`` holding ``text``."""
+    lines, first = __import__("inspect").getsourcelines(f.py_func)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
 # (id, function, arguments, error type, name the message must contain,
 #  substrings naming the construct)
 CORPUS = [
     ("frexp", unsup_frexp, lambda: [Active(0.7)], UnsupportedError, "unsup_frexp",
-     ["numba_frexp", "near line"]),
+     ["numba_frexp", f"near line {_line_of(unsup_frexp, 'math.frexp')})"]),
     ("frexp_float32", unsup_frexp_f32, lambda: [Active(np.float32(2.5))], UnsupportedError,
      "unsup_frexp_f32", ["numba_frexpf"]),
     ("frexp_of_array_elements", unsup_frexp_of_array,
      lambda: [_dup(np.array([1.5, 2.5, 3.5]))], UnsupportedError, "unsup_frexp_of_array",
-     ["numba_frexp", "near line"]),
+     ["numba_frexp", f"near line {_line_of(unsup_frexp_of_array, 'math.frexp')})"]),
     ("frexp_in_callee", unsup_frexp_caller, lambda: [Active(2.5)], UnsupportedError,
      "unsup_frexp_callee", ["numba_frexp"]),
     ("complex_power", unsup_complex_power, lambda: [Active(0.7)], UnsupportedError,
-     "unsup_complex_power", ["numba_cpow"]),
+     "unsup_complex_power", ["numba_cpow", f"near line {_line_of(unsup_complex_power, '**')})"]),
     ("returns_tuple", unsup_returns_tuple, lambda: [Active(1.5)], UnsupportedError,
      "unsup_returns_tuple", ["returns UniTuple(float64 x 2)", "scalar or None"]),
     ("returns_array", unsup_returns_array, lambda: [Active(1.5)], UnsupportedError,
@@ -232,10 +238,12 @@ CORPUS = [
      "unsup_generator", ["generator"]),
     ("active_value_into_const_array", unsup_store_to_const,
      lambda: [Active(1.5), Const(np.zeros(2))], UnsupportedError, "unsup_store_to_const",
-     ["without a shadow", "Duplicated"]),
+     ["without a shadow", "pass 'out' as Duplicated",
+      f"near line {_line_of(unsup_store_to_const, 'out[0] =')})"]),
     ("duplicated_copied_into_const_array", unsup_copy_to_const,
      lambda: [_dup(np.ones(3)), Const(np.zeros(3))], UnsupportedError, "unsup_copy_to_const",
-     ["without a shadow", "Duplicated", "near line"]),
+     ["without a shadow", "pass 'out' as Duplicated",
+      f"near line {_line_of(unsup_copy_to_const, 'out[i] =')})"]),
     ("cfunc_call", unsup_cfunc_call, lambda: [Active(1.5)], UnsupportedError,
      "unsup_cfunc_call", ["indirect call with active arguments", "near line"]),
     ("ctypes_call", unsup_ctypes_call, lambda: [Active(1.5)], UnsupportedError,
@@ -444,12 +452,6 @@ def unsup_complex_dot(A):
     for _ in range(2):
         Z = np.dot(Z, Z)
     return Z.real.sum()
-
-
-def _line_of(f, text):
-    """The source line of ``f`` holding ``text``."""
-    lines, first = __import__("inspect").getsourcelines(f.py_func)
-    return first + next(i for i, line in enumerate(lines) if text in line)
 
 
 @pytest.mark.parametrize("f, call, text", [
