@@ -246,6 +246,9 @@ def _check_cotangent(g, out, where="g"):
         return tuple(_check_cotangent(gi, oi, f"{where}[{i}]")
                      for i, (gi, oi) in enumerate(zip(g, out)))
     if isinstance(out, np.ndarray):
+        if isinstance(g, tuple):
+            raise ValueError(f"pullback: {where} must be one array of shape {out.shape}, like "
+                             f"the result, not a tuple")
         g = np.asarray(g)
         if g.dtype.kind not in "fiub":
             raise TypeError(f"pullback: {where} must hold real numbers, like the result; got "

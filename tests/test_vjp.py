@@ -53,6 +53,9 @@ def test_array_result():
         dx, dt = pullback(g)
         np.testing.assert_allclose(dx, fd_vjp(softmax, [x, 1.5], 0, g), rtol=1e-6, atol=1e-9)
         assert dt == pytest.approx(fd_vjp(softmax, [x, 1.5], 1, g), rel=1e-6, abs=1e-9)
+    for g in ((np.ones(4),), (np.ones(4), np.ones(2))):   # a tuple for one array
+        with pytest.raises(ValueError, match=r"one array of shape \(4,\), like the result"):
+            pullback(g)
 
 
 def test_tuple_result_and_undifferentiated_arguments():
