@@ -151,18 +151,20 @@ def _compile_again(dispatcher, argtypes, symbol):
     """Lower ``dispatcher.py_func`` once more, with the dispatcher's own
     options (``fastmath``, ``error_model``, ``parallel``, ...), to capture its
     raw IR (the helpers it calls were recorded when lowered: see
-    ``_install_hooks``). It is compiled to machine code too: that defines its
-    environment (``NumbaEnv...``), which its IR refers to."""
+    ``_install_hooks``). Not to machine code (the dispatcher has that): only
+    its environment (``NumbaEnv...``), which its IR refers to, is defined."""
     flags = compiler.Flags()
     dispatcher.targetdescr.options.parse_as_flags(flags, dispatcher.targetoptions)
     flags = dispatcher._compiler._customize_flags(flags)
     flags.no_cpython_wrapper = True
     flags.no_cfunc_wrapper = True
+    flags.no_compile = True
     impl = dispatcher._compiler._get_implementation(tuple(argtypes), {})
     with global_compiler_lock:
         cres = compiler.compile_extra(dispatcher.typingctx, dispatcher.targetctx, impl,
                                       tuple(argtypes), None, flags, dispatcher.locals,
                                       pipeline_class=dispatcher._compiler.pipeline_class)
+    _define_environment(dispatcher.targetctx, cres)
     new = cres.fndesc.mangled_name
     with _lock:
         text = _raw_ir[new]
@@ -172,6 +174,20 @@ def _compile_again(dispatcher, argtypes, symbol):
                       text, flags=re.M)
         _raw_ir[symbol] = text.replace(new, symbol)
         return _raw_ir[symbol], cres.fndesc
+
+
+_environments: list = []       # (kept alive: machine code refers to them by address)
+
+
+def _define_environment(ctx, cres):
+    """Define and fill the environment global of a function lowered without
+    machine code, as Numba does when it compiles one (``get_executable``)."""
+    name = ctx.get_env_name(cres.fndesc)
+    library = ctx.codegen().create_library(f"environment of {cres.fndesc.qualname}")
+    library.add_llvm_module(llvm.parse_assembly(f'@"{name}" = global ptr null\n'))
+    library.finalize()
+    ctx.codegen().set_env(name, cres.environment)
+    _environments.append((library, cres.environment))
 
 
 _FLOAT_NAMES = {64: "double", 32: "float"}
