@@ -302,15 +302,26 @@ _PROCESS_BOUND = re.compile(r"B\d+v\d+|numba\.dynamic\.globals\.[0-9a-f]+|"
                             r"inttoptr \(i64 \d+ to ptr\)")
 
 
-# Names that differ between processes without a difference in the code: array
+# Names that differ between processes without a difference in the code (array
 # expressions carry the address of their IR node, byte strings Python's salted
-# hash of their contents, inlined closures a counter; and Numba's ABI tags
-# (``B42c8t...``, its compile flags) differ between a function it compiled in
-# this process and one it loaded from its cache, which enzpy lowers again with
-# other flags (the code's own flags show in its instructions).
-_NAME_NOISE = re.compile(r"(__numba_array_expr_)0x[0-9a-f]+|(@\.bytes\.)-?\d+|"
-                         r"(_listcomp__v)\d+__|\[\d+( x i8\] c\")")
+# hash of their contents, inlined closures a counter) are numbered in order of
+# appearance; byte strings' lengths go (their contents stay), as do Numba's ABI
+# tags (``B42c8t...``, its compile flags), which differ between a function it
+# compiled in this process and one it loaded from its cache, which enzpy lowers
+# again with other flags (the code's own flags show in its instructions).
+_PROCESS_NAMED = re.compile(r"(__numba_array_expr_)0x[0-9a-f]+|(@\.bytes\.)-?\d+|"
+                            r"(_listcomp__v)\d+__")
+_BYTE_STRING_LENGTH = re.compile(r"\[\d+ x i8\] c\"")
 _ABI_TAG = re.compile(r"B(\d+)(?=c8t)")
+
+
+def _numbered(text) -> str:
+    numbers: dict = {}
+
+    def number(m):
+        prefix = next(filter(None, m.groups()))
+        return f"{prefix}{numbers.setdefault(m.group(0), len(numbers))}"
+    return _PROCESS_NAMED.sub(number, text)
 
 
 def _without_abi_tags(text) -> str:
@@ -326,8 +337,7 @@ def _without_abi_tags(text) -> str:
 def primal_digest(module_text: str) -> str:
     """A hash of Numba's linked IR of a function and its callees, the same in
     every process compiling the same code with the same frozen values."""
-    text = _NAME_NOISE.sub(lambda m: "".join(filter(None, m.groups())),
-                           _PROCESS_BOUND.sub("", module_text))
+    text = _BYTE_STRING_LENGTH.sub('c"', _numbered(_PROCESS_BOUND.sub("", module_text)))
     return hashlib.sha256(_without_abi_tags(text).encode()).hexdigest()
 
 
