@@ -212,22 +212,25 @@ class Build:
         # a function with a custom rule is differentiated through a call of it
         return userrules.trampoline(self.disp) if userrules.has_rule(self.disp) else self.disp
 
-    def _user_module(self):
-        """The linked IR of the program without the glue of enzpy's own rules
-        (enzpy's code, keyed by its version): what Numba compiled of the user's
-        code, and all a cache entry's ``primal_digest`` covers."""
+    def _user_digest(self) -> str:
+        """The digest of the linked IR of the program without the glue of
+        enzpy's own rules (enzpy's code, keyed by its version): of what Numba
+        compiled of the user's code, all a cache entry's ``primal_digest`` covers."""
         if self.mode != "hvp":       # (no other mode links that glue)
-            return self.capture()[2]
-        with self.stage("numba_compile", user_code=True):
-            low = frontend.lower(self._root(), self.argtypes)
-            lowered = frontend.collect_module(low)
-        return frontend.link_module(low, lowered, self.mode, builtin_glue=False)[0]
+            module = self.capture()[2]
+        else:
+            with self.stage("numba_compile", user_code=True):
+                low = frontend.lower(self._root(), self.argtypes)
+                lowered = frontend.collect_module(low)
+            with self.stage("capture"):
+                module = frontend.link_module(low, lowered, self.mode, builtin_glue=False)[0]
+        with self.stage("cache_lookup"):
+            return fingerprint.primal_digest(str(module))
 
     def lower(self):
-        if self.fingerprint is not None and self.digest is None:
-            with self.stage("cache_lookup"):         # (what the cache entry is built from)
-                self.digest = fingerprint.primal_digest(str(self._user_module()))
         low, lowered, module, blocks = self.capture()
+        if self.fingerprint is not None and self.digest is None:
+            self.digest = self._user_digest()       # (what the cache entry is built from)
         self.captured = None                 # (cleanup changes the module)
         with self.stage("cleanup"):
             frontend.mark_small_helpers(module, lambda name: name == low.symbol or
@@ -338,8 +341,7 @@ class Build:
             # globals had then, which the walk (today's values) does not see: an
             # entry is used only if built from the same compiled code, and one
             # built from code compiled before the call has a key covering it
-            with self.stage("cache_lookup"):
-                self.digest = fingerprint.primal_digest(str(self._user_module()))
+            self.digest = self._user_digest()
         with self.stage("cache_lookup"):
             if self.fingerprint.key in diskcache.unloadable:
                 # its names may be half defined in this process: build it unnamed
