@@ -1076,7 +1076,7 @@ def test_product_into_memory_without_shadow_is_refused():
     # np.dot(A, b, out) with out Const would lose the derivative through out
     A, b, out = np.eye(3), np.ones(3), np.ones(3)
     with pytest.raises(enzpy.UnsupportedError, match="np.dot at .*written to memory without "
-                       "a shadow.*pass the argument it writes as Duplicated"):
+                       "a shadow.*pass 'out' as Duplicated"):
         autodiff(Reverse, write_through_dot_out, Duplicated(A, np.zeros_like(A)), Const(b),
                  Const(out))
 
