@@ -80,6 +80,23 @@ def compile_module(module, entry: str, codegen, keep_object=False):
     return library, library.get_pointer_to_function(entry)
 
 
+_environments: list = []       # kept alive: machine code refers to them by address
+
+
+def define_environment(codegen, name: str, env):
+    """Point the global ``name`` of Numba's engine at the Numba environment
+    ``env`` (defining the global first where no library has), as Numba does
+    for a function it compiles: code raising an exception with runtime values
+    reads it, and raises "missing Environment" where it is null."""
+    if not codegen._engine.is_symbol_defined(name):
+        library = codegen.create_library(f"environment {name}")
+        library.add_llvm_module(llvm.parse_assembly(f'@"{name}" = global ptr null\n'))
+        library.finalize()
+        _environments.append(library)
+    codegen.set_env(name, env)
+    _environments.append(env)
+
+
 def numba_entry(target, argtypes, adjoint_types, restype, tangent=False, name="entry"):
     """An ``@njit`` function ``name(*args) -> (adjoints..., primal, peak tape
     bytes)`` calling the derivative's entry point ``target``: its address, or

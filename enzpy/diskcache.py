@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib
 import logging
 import os
 import pickle
@@ -36,10 +37,11 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 
+from numba.core.environment import Environment, lookup_environment
 from numba.core.registry import cpu_target
 from numba.core.runtime import rtsys
 
-from . import fingerprint
+from . import backend, fingerprint
 from .cache import STATS
 
 log = logging.getLogger("enzpy")
@@ -234,13 +236,45 @@ durable: set = set()
 unloadable: set = set()       # entries that failed to load: their keys are not used again
 
 # what ties machine code to this process: addresses of Python objects, Numba's
-# per-function environments (Numba declares environments its code never uses:
-# this is checked on the optimized module)
-_PROCESS_BOUND = re.compile(r"inttoptr \(i64 -?[1-9]|NumbaEnv")
+# per-function environments left under their Numba names (see ``own_environments``;
+# Numba declares environments its code never uses: this is checked on the optimized
+# module)
+_PROCESS_BOUND = re.compile(r'inttoptr \(i64 -?[1-9]|@"?_ZN08NumbaEnv')
 # Numba's constant for a dispatcher passed as a value: its address, in a global
 # (LLVM renames a second copy ``.1`` when modules are linked)
 _DISPATCHER_GLOBAL = re.compile(r'^@"?(numba\.dynamic\.globals\.[0-9a-f]+(?:\.\d+)?)"? = .*'
                                 r'inttoptr \(i64 (\d+) to ptr\)', re.M)
+
+
+def own_environments(module, key) -> list:
+    """Rename each Numba environment the optimized derivative ``module`` still
+    refers to (code raising an exception with runtime values reads it) to a
+    name of the entry ``key``'s own: Numba's names carry counters of this
+    process, so another process may give one to another function. Returns
+    [(name, its module's name, its pickled constants, the environment)] for
+    those a later process can rebuild; the others keep their Numba names, which
+    tie the code to this process (``relocations`` reports them)."""
+    found = []
+    for gv in module.global_variables:
+        if not gv.name.startswith("_ZN08NumbaEnv") or not gv.is_declaration:
+            continue
+        env = lookup_environment(gv.name)
+        if env is None or not env.can_cache():
+            continue
+        try:
+            consts = pickle.dumps(list(env.consts), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:     # noqa: BLE001 (a constant that does not pickle: not cached)
+            continue
+        gv.name = f"enzpy.env.{key[:40]}.{len(found)}"
+        found.append((gv.name, env.globals["__name__"], consts, env))
+    return found
+
+
+def _rebuilt_environment(name, module_name, consts):
+    env = Environment(importlib.import_module(module_name).__dict__)
+    env.consts[:] = pickle.loads(consts)
+    env.env_name = name
+    return env
 
 
 def relocations(text, fp):
@@ -337,6 +371,9 @@ def _load(key, codegen, depth=0, accept=lambda index: True):
         from numba.np.ufunc.parallel import _launch_threads
         _launch_threads()
     try:
+        for name, module_name, consts in index.get("environments", ()):
+            backend.define_environment(codegen, name,
+                                       _rebuilt_environment(name, module_name, consts))
         library = codegen.unserialize_library(payload)
         address = library.get_pointer_to_function(index["entry_name"])
     except Exception as exc:      # noqa: BLE001 (an entry that does not load is rebuilt)

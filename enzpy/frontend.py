@@ -32,6 +32,7 @@ from numba.core.registry import cpu_target
 from numba.core import cgutils
 from numba.core import ir as numba_ir
 
+from . import backend
 from .analysis import ARRAY_ALLOCATORS
 from .errors import InternalError, UnsupportedError
 
@@ -176,18 +177,10 @@ def _compile_again(dispatcher, argtypes, symbol):
         return _raw_ir[symbol], cres.fndesc
 
 
-_environments: list = []       # (kept alive: machine code refers to them by address)
-
-
 def _define_environment(ctx, cres):
     """Define and fill the environment global of a function lowered without
     machine code, as Numba does when it compiles one (``get_executable``)."""
-    name = ctx.get_env_name(cres.fndesc)
-    library = ctx.codegen().create_library(f"environment of {cres.fndesc.qualname}")
-    library.add_llvm_module(llvm.parse_assembly(f'@"{name}" = global ptr null\n'))
-    library.finalize()
-    ctx.codegen().set_env(name, cres.environment)
-    _environments.append((library, cres.environment))
+    backend.define_environment(ctx.codegen(), ctx.get_env_name(cres.fndesc), cres.environment)
 
 
 _FLOAT_NAMES = {64: "double", 32: "float"}

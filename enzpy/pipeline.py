@@ -167,6 +167,7 @@ class Build:
         self.by_address = by_address
         self.fingerprint = self.machine = self.captured = self.digest = None
         self.compiled_before = False
+        self.environments = []    # Numba environments renamed for the cache (own_environments)
         self.ctx = cpu_target.target_context
         self.argtypes = tuple(ty for _, ty, _ in signature)
         label = f"hvp{self.argtypes}" if mode == "hvp" else str(self.argtypes)
@@ -286,9 +287,12 @@ class Build:
         with self.stage("optimize"):
             backend.optimize(module, codegen)
             if self.fingerprint is not None:
+                self.environments = diskcache.own_environments(module, self.fingerprint.key)
                 self.relocations, self.process_bound = diskcache.relocations(
                     str(module), self.fingerprint)
         with self.stage("codegen"):
+            for name, _, _, env in self.environments:
+                backend.define_environment(codegen, name, env)
             self.library, self.address = backend.compile_module(
                 module, self.entry_name, codegen, keep_object=self.fingerprint is not None)
         if self.fingerprint is not None:
@@ -423,6 +427,7 @@ class Build:
                 self.report.cache = f"not cached: {exc}"
                 return
             index["relocations"] = self.relocations
+            index["environments"] = [found[:3] for found in self.environments]
             index["glue"] = sorted(self.builder.requires.values(), key=str)
             if self.machine.call is not None:
                 index["wrapper"] = backend.saved_entry(self.machine.call)

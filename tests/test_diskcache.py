@@ -850,3 +850,62 @@ def test_code_numba_compiled_before_the_call_is_loaded_by_a_later_process(tmp_pa
         sigmoid = 1 / (1 + np.exp(-x))
         np.testing.assert_allclose(hv, sigmoid * (1 - sigmoid), rtol=1e-12)
     assert len(list((tmp_path / "cache").glob("*.enzpy"))) == 4
+
+
+ENVIRONMENT_MODEL = """
+import numpy as np
+from numba import njit
+
+
+@njit
+def fill_columns(A, v):
+    B = np.empty_like(A)
+    for j in range(A.shape[1]):
+        B[:, j] = v * A[0, j]          # Numba raises a shape mismatch with runtime values
+    return (B * B).sum() + A.sum(axis=0)[1]
+"""
+
+ENVIRONMENT_RUN = """
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import enzpy
+from enzpy import Const, Duplicated, Reverse, autodiff
+from environment_model import fill_columns
+
+A = np.arange(1.0, 13.0).reshape(4, 3) / 10
+dA = np.zeros_like(A)
+autodiff(Reverse, fill_columns, Duplicated(A, dA), Const(np.linspace(0.5, 1.0, 4)))
+try:
+    autodiff(Reverse, fill_columns, Duplicated(A, np.zeros_like(A)), Const(np.ones(5)))
+    raised = None
+except Exception as exc:
+    raised = [type(exc).__name__, str(exc)]
+print(json.dumps({"cache": enzpy.build_report(fill_columns)[-1].cache, "dA": dA.tolist(),
+                  "raised": raised}))
+"""
+
+
+def test_code_raising_exceptions_with_runtime_values_is_cached_and_raises_when_loaded(tmp_path):
+    """Numba's code for such exceptions (here: a slice assigned an array of
+    another length) reads its function's environment, named with a counter of
+    the process: the entry keeps its own, rebuilt by the process loading it."""
+    (tmp_path / "environment_model.py").write_text(ENVIRONMENT_MODEL)
+    (tmp_path / "run.py").write_text(ENVIRONMENT_RUN)
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path)],
+                              capture_output=True, text=True, timeout=600, env=dict(
+                                  os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache")))
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert [run["cache"] for run in runs] == ["stored", "loaded"]
+    A = np.arange(1.0, 13.0).reshape(4, 3) / 10
+    v = np.linspace(0.5, 1.0, 4)
+    expected = np.zeros_like(A)
+    expected[0] = 2 * A[0] * (v * v).sum()
+    expected[:, 1] += 1.0
+    for run in runs:
+        np.testing.assert_allclose(run["dA"], expected, rtol=1e-12)
+        assert run["raised"] == ["ValueError",
+                                 "cannot assign slice of shape (4,) from input of shape (5,)"]
