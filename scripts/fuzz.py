@@ -5,6 +5,7 @@ central finite differences.
     python scripts/fuzz.py --seed 0 --only 17          # re-run (and print) program 17
     python scripts/fuzz.py --programs 50 --show        # print every program
     python scripts/fuzz.py --programs 500 --numpy-only # programs with NumPy statements
+    python scripts/fuzz.py --programs 100 --parallel-only  # programs with prange loops
     python scripts/fuzz.py --programs 200 --hvp        # second order too (enzpy.hvp)
 
 Each program is Python source: a main function ``f`` over Active float scalars,
@@ -40,8 +41,12 @@ fresh matrices and ``A`` through their 1-D views (``.reshape(-1)``, ``.ravel()``
 np.diag(np.linspace(1, 2, n))``) goes to ``np.linalg.solve`` (vector and matrix right-hand sides),
 ``inv``, ``det``, ``slogdet`` and (SPD) ``cholesky`` and sorted ``eigvals``. With
 ``raises``: checks that raise an exception whose message holds a value (never
-raised at the points tried). ``--exclude numpy,linalg,raises`` draws exactly the
-programs drawn before these features existed.
+raised at the points tried). With ``parallel``: ``prange`` loops in ``f`` (then
+compiled with ``parallel=True``, which also runs its array expressions in parallel), a
+reduction into a float or each iteration writing its element of a fresh array
+(left out of ``--hvp`` runs: second order through a parallel loop is refused).
+``--exclude numpy,linalg,raises,parallel`` draws exactly the programs drawn before
+these features existed.
 
 ``f`` is jitted with ``numba.njit`` and checked with ``enzpy.check_gradient``
 at a few random points, and the primal enzpy computes (``ReverseWithPrimal``)
@@ -97,7 +102,7 @@ import numpy as np
 
 FEATURES = ("branches", "for", "while", "helpers", "recursion", "arrays", "temp_arrays",
             "inplace", "outputs", "array_exprs", "const_args", "layouts", "nested_while",
-            "containers", "numpy", "linalg", "raises")
+            "containers", "numpy", "linalg", "raises", "parallel")
 # Features that hit a known, not yet fixed enzpy bug (left out by
 # --skip-known-bugs and by tests/test_fuzz.py). ``nested_while`` (a while loop
 # inside another loop) was here until 6da8ef7 fixed split_loop_exits.
@@ -164,7 +169,7 @@ class Program:
     """
 
     def __init__(self, source, params, points, seeds, bare_const=False, layout_check=False,
-                 tag="fuzz", uses_numpy=False):
+                 tag="fuzz", uses_numpy=False, parallel=False):
         self.source = source
         self.params = params
         self.points = points
@@ -173,11 +178,13 @@ class Program:
         self.layout_check = layout_check
         self.tag = tag
         self.uses_numpy = uses_numpy     # the program has a NumPy statement (``st_numpy``)
+        self.parallel = parallel         # ``f`` has a ``prange`` loop (``st_prange``)
 
     def to_dict(self):
         return dict(source=self.source, params=self.params, points=self.points,
                     seeds=self.seeds, bare_const=self.bare_const,
-                    layout_check=self.layout_check, tag=self.tag, uses_numpy=self.uses_numpy)
+                    layout_check=self.layout_check, tag=self.tag, uses_numpy=self.uses_numpy,
+                    parallel=self.parallel)
 
     @classmethod
     def from_dict(cls, d):
@@ -264,6 +271,7 @@ class _Gen:
         self.owned = set()           # 2-D arrays a write may go to (fresh ones, the input A)
         self.np_helpers = []         # names of generated array helpers
         self.uses_numpy = False
+        self.parallel = False        # ``f`` has a ``prange`` loop
 
     # -- randomness ---------------------------------------------------------------
     def choice(self, seq):
@@ -391,6 +399,8 @@ class _Gen:
             kinds.append(("numpy", 3.0))
         if self.has("raises") and depth < 2:
             kinds.append(("guard", 0.3))
+        if self.has("parallel") and depth == 0 and self.helper_level == 0:
+            kinds.append(("prange", 1.5))
         names, weights = zip(*kinds)
         p = np.array(weights) / sum(weights)
         kind = names[int(self.rng.choice(len(names), p=p))]
@@ -593,6 +603,33 @@ class _Gen:
             else:
                 lines.append(f"    {t}[{i}] = {self.expr(inner, 2)}")
             shape = (m,)
+        sc.arrays[t] = shape
+        sc.writable[t] = shape
+        return lines
+
+    def st_prange(self, sc, depth):
+        """A parallel loop of ``f``: a reduction into a fresh float, or each
+        iteration writing its own element of a fresh array."""
+        self.parallel = True
+        i = self.fresh("i")
+        inner = sc.child(i, "for")
+        sized = [a for a in sorted(sc.arrays) if len(sc.arrays[a]) == 1]
+        if self.chance(0.5):
+            acc = self.fresh("s")
+            trip = self.trip_count(sc)
+            lines = [f"{acc} = {self.expr(sc, 1)}", f"for {i} in prange({trip}):",
+                     f"    {acc} += {self.bounded(self.expr(inner, 2))}"]
+            sc.floats.append(acc)
+            return lines
+        t = self.fresh("tmp")
+        if sized and self.chance(0.6):
+            src = self.choice(sized)
+            m, shape = f"{src}.size", sc.arrays[src]
+        else:
+            m = self.choice([1, 2, 5])
+            shape = (m,)
+        lines = [f"{t} = np.empty({m})", f"for {i} in prange({m}):",
+                 f"    {t}[{i}] = {self.expr(inner, 2)}"]
         sc.arrays[t] = shape
         sc.writable[t] = shape
         return lines
@@ -1143,7 +1180,7 @@ def generate_program(rng, features=FEATURES, max_statements=7, n_points=2):
     layout = g.has("layouts") and "a" in g.params and len(g.params["a"]) == 1 and \
         not g.a_needs_c and g.chance(0.15)
     return Program(source, params, points, seeds, bare_const=g.chance(0.3), layout_check=layout,
-                   uses_numpy=g.uses_numpy)
+                   uses_numpy=g.uses_numpy, parallel=g.parallel)
 
 
 # -- the instrumented pure-Python copy -------------------------------------------------
@@ -1337,7 +1374,7 @@ def _exec(source, namespace, tag):
 def _run_instrumented(code, values):
     """(monitor, result), or (None, why) when the run is rejected."""
     mon = _Monitor()
-    ns = {"math": math, "np": np, "_cmp": mon.cmp, "_den": mon.den, "_v": mon.v,
+    ns = {"math": math, "np": np, "prange": range, "_cmp": mon.cmp, "_den": mon.den, "_v": mon.v,
           "_abs": mon.abs, "_max": mon.max, "_min": mon.min, "_np_max": mon.np_max,
           "_np_min": mon.np_min, "_np_maximum": mon.np_maximum, "_np_minimum": mon.np_minimum,
           "_np_clip": mon.np_clip, "_np_norm": mon.np_norm}
@@ -1423,8 +1460,8 @@ def run_program(prog, rtol=1e-4, verbose=False, hvp=False):
         prog = Program.from_dict(prog)
     from numba.experimental import jitclass
     ns = _exec(prog.source, {"math": math, "np": np, "njit": numba.njit, "jitclass": jitclass,
-                             "float64": numba.float64}, prog.tag)
-    f = numba.njit(ns["f"])
+                             "float64": numba.float64, "prange": numba.prange}, prog.tag)
+    f = numba.njit(parallel=prog.parallel)(ns["f"])
     code = compile(instrumented_source(prog.source), "<instrumented>", "exec")
     statuses, details = [], []
     for p, point in enumerate(prog.points):
@@ -1786,6 +1823,9 @@ def main(argv=None):
     parser.add_argument("--numpy-only", action="store_true",
                         help="skip the programs without a NumPy statement (their indices "
                              "still count)")
+    parser.add_argument("--parallel-only", action="store_true",
+                        help="skip the programs without a prange loop (their indices still "
+                             "count)")
     parser.add_argument("--hvp", action="store_true",
                         help="check second order too: enzpy.hvp with respect to the first "
                              "parameter against differences of gradients")
@@ -1802,6 +1842,8 @@ def main(argv=None):
         parser.error(f"unknown features {sorted(unknown)}")
     if args.skip_known_bugs:
         excluded |= set(KNOWN_BUG_FEATURES)
+    if args.hvp:
+        excluded.add("parallel")     # (second order through a parallel loop is refused)
     features = [x for x in FEATURES if x not in excluded]
     indices = [args.only] if args.only is not None else range(args.start,
                                                                 args.start + args.programs)
@@ -1819,7 +1861,8 @@ def main(argv=None):
             prog = generate_program(program_rng(args.seed, index), features,
                                     args.max_statements, args.points)
             prog.tag = f"fuzz-{args.seed}-{index}"
-            if args.numpy_only and not prog.uses_numpy:
+            if args.numpy_only and not prog.uses_numpy or \
+                    args.parallel_only and not prog.parallel:
                 continue
             if verbose:
                 print(f"--- program {index} (seed {args.seed})\n{prog.source}")

@@ -7,7 +7,8 @@ About 50 programs, in four seeded chunks of 12 (of 25, 100 programs, with
 programs as before the fuzzer drew NumPy calls), and a chunk of 3 (5) programs
 with NumPy statements (reductions, logsumexp,
 reshaping, cumsum/diff, where/clip/maximum, matrix products, array helpers), and 6 (12)
-programs checked in second order too (``hvp``).
+programs checked in second order too (``hvp``), and 3 (5) with ``prange`` loops
+(``parallel``).
 ``linalg`` (solve/inv/det/cholesky) is left to the standalone fuzzer: the first
 build of each of those rules costs 10-45 s, more than this whole file may take.
 Every failure fails the test. Minimal cases of the bugs the fuzzer found are at
@@ -51,10 +52,12 @@ PER_CHUNK = int(os.environ.get("ENZPY_FUZZ_PROGRAMS", "25" if SLOW else "12"))
 CHUNKS = 4
 NUMPY_PROGRAMS = int(os.environ.get("ENZPY_FUZZ_NUMPY_PROGRAMS", "5" if SLOW else "3"))
 HVP_PROGRAMS = 12 if SLOW else 6
+PARALLEL_PROGRAMS = 5 if SLOW else 3
 MAX_STATEMENTS = 5
 POINTS = 1
-FEATURES = [f for f in fuzz.FEATURES if f not in ("numpy", "linalg")]
-NUMPY_FEATURES = [f for f in fuzz.FEATURES if f != "linalg"]
+FEATURES = [f for f in fuzz.FEATURES if f not in ("numpy", "linalg", "parallel")]
+NUMPY_FEATURES = [f for f in fuzz.FEATURES if f not in ("linalg", "parallel")]
+PARALLEL_FEATURES = FEATURES + ["parallel"]
 
 
 def _run(seed, indices, features, hvp=False):
@@ -98,22 +101,26 @@ def test_fuzz_second_order():
     assert counts["passed"] >= HVP_PROGRAMS // 2, counts
 
 
-def _numpy_indices(seed, count, features=NUMPY_FEATURES):
-    """The first ``count`` program indices whose program has a NumPy statement."""
+def _indices_with(kind, seed, count, features):
+    """The first ``count`` program indices whose program has a ``kind``
+    statement (``uses_numpy``, ``parallel``)."""
     indices, index = [], 0
     while len(indices) < count:
-        if fuzz.generate_program(fuzz.program_rng(seed, index), features, MAX_STATEMENTS,
-                                 POINTS).uses_numpy:
+        if getattr(fuzz.generate_program(fuzz.program_rng(seed, index), features,
+                                         MAX_STATEMENTS, POINTS), kind):
             indices.append(index)
         index += 1
     return indices
 
 
-def test_fuzz_numpy_programs():
-    counts, failures = _run(SEED, _numpy_indices(SEED, NUMPY_PROGRAMS), NUMPY_FEATURES)
-    assert not failures, (f"{len(failures)} of {NUMPY_PROGRAMS} programs failed ({counts}):"
+@pytest.mark.parametrize("kind, features, count", [
+    ("uses_numpy", NUMPY_FEATURES, NUMPY_PROGRAMS),
+    ("parallel", PARALLEL_FEATURES, PARALLEL_PROGRAMS)])
+def test_fuzz_numpy_and_parallel_programs(kind, features, count):
+    counts, failures = _run(SEED, _indices_with(kind, SEED, count, features), features)
+    assert not failures, (f"{len(failures)} of {count} programs failed ({counts}):"
                           "\n\n" + "\n\n".join(failures))
-    assert counts["passed"] >= NUMPY_PROGRAMS // 2, counts
+    assert counts["passed"] >= count // 2, counts
 
 
 # -- the generator and the rejection, without enzpy ----------------------------------------
@@ -137,7 +144,7 @@ def test_generator_covers_its_features():
                    "d - 1", "np.zeros(", "np.empty(", "np.ones(", ".copy()", ".sum()",
                    "np.dot(", "[1:]", "[::2]", " *= ", "out[", "idx[", "range(n)", "abs(",
                    "max(", "min(", "math.exp(", "math.log(", "math.sqrt(", " ** 3",
-                   "a.size"]:
+                   "a.size", "prange("]:
         assert needle in text, needle
 
 
