@@ -166,6 +166,7 @@ class Build:
         self.disp, self.signature, self.mode, self.key = disp, signature, mode, key
         self.by_address = by_address
         self.fingerprint = self.machine = self.captured = self.digest = None
+        self.compiled_digest = None
         self.compiled_before = False
         self.environments = []    # Numba environments renamed for the cache (own_environments)
         self.ctx = cpu_target.target_context
@@ -227,6 +228,15 @@ class Build:
                 module = frontend.link_module(low, lowered, self.mode, builtin_glue=False)[0]
         with self.stage("cache_lookup"):
             return fingerprint.primal_digest(str(module))
+
+    def _compiled_digest(self):
+        """The digest of the code Numba compiled for the function (its optimized
+        IR, callees linked in): cheap where ``_user_digest`` lowers the code once
+        more. None where Numba keeps no IR (a function it loaded from its cache)."""
+        overload = self._root().overloads.get(self.argtypes)
+        if overload is None or getattr(overload.library, "_disable_inspection", False):
+            return None
+        return fingerprint.primal_digest(overload.library.get_llvm_str())
 
     def lower(self):
         low, lowered, module, blocks = self.capture()
@@ -340,28 +350,29 @@ class Build:
                 return None
             compiled = self.compiled_before = self.fingerprint.compiled_ufuncs or \
                 _compiled_before(self.fingerprint.dispatchers)
-        if compiled:
-            # Numba compiled some of this code already, freezing the values its
-            # globals had then, which the walk (today's values) does not see: an
-            # entry is used only if built from the same compiled code, and one
-            # built from code compiled before the call has a key covering it
-            self.digest = self._user_digest()
+        # Numba compiled some of this code already, freezing the values its
+        # globals had then, which the walk (today's values) does not see: an
+        # entry is used only if built from the same compiled code, and one built
+        # from code compiled before the call has a key covering that code. The
+        # code is known by the digest of Numba's optimized IR (cheap), else (a
+        # function Numba loaded from its cache) of its IR lowered once more.
+        codegen = self.ctx.codegen()
         with self.stage("cache_lookup"):
+            if compiled:
+                self.compiled_digest = self._compiled_digest()
             if self.fingerprint.key in diskcache.unloadable:
                 # its names may be half defined in this process: build it unnamed
                 self.fingerprint = None
                 self.report.cache = "not cached: its cache entry did not load"
                 return None
-            codegen = self.ctx.codegen()
             if not compiled:
                 self.machine, self.report.cache = diskcache.find(self.fingerprint, codegen)
-            else:
-                self.machine, self.report.cache = diskcache.find(
-                    self.fingerprint, codegen,
-                    accept=lambda index: index.get("primal_digest") == self.digest)
-                if self.machine is None:
-                    self.fingerprint.add("compiled", self.digest)
-                    self.machine, self.report.cache = diskcache.find(self.fingerprint, codegen)
+            elif self.compiled_digest is not None:
+                self._find_compiled("compiled_digest", self.compiled_digest, codegen)
+        if compiled and self.compiled_digest is None:
+            self.digest = self._user_digest()
+            with self.stage("cache_lookup"):
+                self._find_compiled("primal_digest", self.digest, codegen)
         if self.machine is None:
             self.report.cache = ""
             return None
@@ -372,6 +383,16 @@ class Build:
         for name, value in index["report"].items():
             setattr(self.report, name, value)
         return self.wrap()
+
+    def _find_compiled(self, field, digest, codegen):
+        """The entry of the key built from the code of that ``digest`` (its
+        index's ``field``), else the one whose key covers the digest (under
+        which a build then stores)."""
+        self.machine, self.report.cache = diskcache.find(
+            self.fingerprint, codegen, accept=lambda index: index.get(field) == digest)
+        if self.machine is None:
+            self.fingerprint.add("compiled", digest)
+            self.machine, self.report.cache = diskcache.find(self.fingerprint, codegen)
 
     def _entry_call(self, argtypes, adjoint_types, tangent):
         """The ``@njit`` entry point: by address for code that stays in this
@@ -427,6 +448,7 @@ class Build:
                 self.report.cache = f"not cached: {exc}"
                 return
             index["relocations"] = self.relocations
+            index["compiled_digest"] = self.compiled_digest or self._compiled_digest()
             index["environments"] = [found[:3] for found in self.environments]
             index["glue"] = sorted(self.builder.requires.values(), key=str)
             if self.machine.call is not None:
