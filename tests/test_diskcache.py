@@ -777,14 +777,14 @@ if sys.argv[2] == "early":
 import compiled_first as m
 
 x = np.linspace(0.1, 1.0, 4)
-functions = (m.ufunc_call, m.array_expression, m.listed, m.soft_plus)
+functions = (m.ufunc_call, m.array_expression, m.listed, m.parallel_cubes, m.soft_plus)
 for f in functions:
     f(x)                          # compiled by Numba before enzpy sees it
 import enzpy
 from enzpy import Duplicated, Reverse, autodiff
 
 runs = []
-for f in functions[:3]:
+for f in functions[:4]:
     dx = np.zeros(4)
     autodiff(Reverse, f, Duplicated(x, dx))
     runs.append((enzpy.build_report(f)[-1], dx.tolist()))
@@ -795,7 +795,7 @@ print(json.dumps([(report.cache, sorted(report.timings), d) for report, d in run
 
 COMPILED_FIRST = '''
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 
 @njit(cache=True)
@@ -823,12 +823,21 @@ def listed(x):
 @njit
 def soft_plus(x):
     return np.logaddexp(x, 0.0).sum()
+
+
+@njit(parallel=True)
+def parallel_cubes(x):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += x[i] ** 3
+    return s
 '''
 
 
 def test_code_numba_compiled_before_the_call_is_loaded_by_a_later_process(tmp_path):
     """Numba's IR of code it compiled before ``autodiff`` (and ``hvp``) names array
-    expressions by an address, byte strings by a salted hash, inlined list
+    expressions and parallel loops' kernels by an address, byte strings by a salted
+    hash, inlined list
     comprehensions by a counter, and a function loaded from Numba's own cache
     by other flags than one compiled fresh: none of that may key the entry."""
     (tmp_path / "compiled_first.py").write_text(COMPILED_FIRST)
@@ -842,22 +851,23 @@ def test_code_numba_compiled_before_the_call_is_loaded_by_a_later_process(tmp_pa
                               env=dict(os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache")))
         assert done.returncode == 0, done.stderr[-3000:]
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert [cache for cache, _, _ in runs[0]] == ["stored"] * 4
+    assert [cache for cache, _, _ in runs[0]] == ["stored"] * 5
     for run in runs[1:]:
-        assert [cache for cache, _, _ in run] == ["loaded"] * 4
+        assert [cache for cache, _, _ in run] == ["loaded"] * 5
         # known by the digest of the code Numba compiled: no lowering, no Numba
         assert all(stages == ["cache_lookup", "wrap"] for _, stages, _ in run), run
     x = np.linspace(0.1, 1.0, 4)
     first = np.full(4, x[0]) + 2 * x
     first[0] += x.sum()
     for run in runs:
-        (_, _, ufunc), (_, _, expression), (_, _, listed), (_, _, hv) = run
+        (_, _, ufunc), (_, _, expression), (_, _, listed), (_, _, cubes), (_, _, hv) = run
+        np.testing.assert_allclose(cubes, 3 * x ** 2, rtol=1e-12)
         np.testing.assert_allclose(ufunc, np.cos(x), rtol=1e-12)
         np.testing.assert_allclose(expression, first, rtol=1e-12)
         np.testing.assert_allclose(listed, 2 * x, rtol=1e-12)
         sigmoid = 1 / (1 + np.exp(-x))
         np.testing.assert_allclose(hv, sigmoid * (1 - sigmoid), rtol=1e-12)
-    assert len(list((tmp_path / "cache").glob("*.enzpy"))) == 4
+    assert len(list((tmp_path / "cache").glob("*.enzpy"))) == 5
 
 
 ENVIRONMENT_MODEL = """
