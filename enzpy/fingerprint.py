@@ -303,14 +303,16 @@ _PROCESS_BOUND = re.compile(r"B\d+v\d+|numba\.dynamic\.globals\.[0-9a-f]+|"
 
 
 # Names that differ between processes without a difference in the code (array
-# expressions and the kernels of parallel loops carry the address of an object,
+# expressions, the kernels of parallel loops, jitclasses and functions passed as
+# values carry the address of an object,
 # byte strings Python's salted hash of their contents, inlined closures a
 # counter) are numbered in order of appearance; byte strings' lengths go (their contents stay), as do Numba's ABI
 # tags (``B42c8t...``, its compile flags), which differ between a function it
 # compiled in this process and one it loaded from its cache, which enzpy lowers
 # again with other flags (the code's own flags show in its instructions).
 _PROCESS_NAMED = re.compile(r"(__numba_array_expr_)0x[0-9a-f]+|(@\.bytes\.)-?\d+|"
-                            r"(_listcomp__v)\d+__|(__numba_parfor_gufunc_)0x[0-9a-f]+")
+                            r"(_listcomp__v)\d+__|(__numba_parfor_gufunc_)0x[0-9a-f]+|"
+                            r"(_20at_200x)[0-9a-f]+|(_23|#)[0-9a-f]{8,}(?=_3c|<)")
 _BYTE_STRING_LENGTH = re.compile(r"\[\d+ x i8\] c\"")
 _ABI_TAG = re.compile(r"B(\d+)(?=c8t)")
 

@@ -777,14 +777,15 @@ if sys.argv[2] == "early":
 import compiled_first as m
 
 x = np.linspace(0.1, 1.0, 4)
-functions = (m.ufunc_call, m.array_expression, m.listed, m.parallel_cubes, m.soft_plus)
+functions = (m.ufunc_call, m.array_expression, m.listed, m.parallel_cubes, m.scaled_median,
+             m.soft_plus)
 for f in functions:
     f(x)                          # compiled by Numba before enzpy sees it
 import enzpy
 from enzpy import Duplicated, Reverse, autodiff
 
 runs = []
-for f in functions[:4]:
+for f in functions[:-1]:
     dx = np.zeros(4)
     autodiff(Reverse, f, Duplicated(x, dx))
     runs.append((enzpy.build_report(f)[-1], dx.tolist()))
@@ -795,7 +796,8 @@ print(json.dumps([(report.cache, sorted(report.timings), d) for report, d in run
 
 COMPILED_FIRST = '''
 import numpy as np
-from numba import njit, prange
+from numba import float64, njit, prange
+from numba.experimental import jitclass
 
 
 @njit(cache=True)
@@ -831,12 +833,27 @@ def parallel_cubes(x):
     for i in prange(x.shape[0]):
         s += x[i] ** 3
     return s
+
+
+@jitclass([("scale", float64)])
+class Scaler:
+    def __init__(self, scale):
+        self.scale = scale
+
+    def energy(self, x):
+        return (self.scale * x * x).sum()
+
+
+@njit
+def scaled_median(x):
+    return Scaler(2.0).energy(x) + np.percentile(x, 50.0)
 '''
 
 
 def test_code_numba_compiled_before_the_call_is_loaded_by_a_later_process(tmp_path):
     """Numba's IR of code it compiled before ``autodiff`` (and ``hvp``) names array
-    expressions and parallel loops' kernels by an address, byte strings by a salted
+    expressions, parallel loops' kernels, jitclasses and functions passed as values
+    (percentile's validity check) by an address, byte strings by a salted
     hash, inlined list
     comprehensions by a counter, and a function loaded from Numba's own cache
     by other flags than one compiled fresh: none of that may key the entry."""
@@ -851,23 +868,25 @@ def test_code_numba_compiled_before_the_call_is_loaded_by_a_later_process(tmp_pa
                               env=dict(os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache")))
         assert done.returncode == 0, done.stderr[-3000:]
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert [cache for cache, _, _ in runs[0]] == ["stored"] * 5
+    assert [cache for cache, _, _ in runs[0]] == ["stored"] * 6
     for run in runs[1:]:
-        assert [cache for cache, _, _ in run] == ["loaded"] * 5
+        assert [cache for cache, _, _ in run] == ["loaded"] * 6
         # known by the digest of the code Numba compiled: no lowering, no Numba
         assert all(stages == ["cache_lookup", "wrap"] for _, stages, _ in run), run
     x = np.linspace(0.1, 1.0, 4)
     first = np.full(4, x[0]) + 2 * x
     first[0] += x.sum()
     for run in runs:
-        (_, _, ufunc), (_, _, expression), (_, _, listed), (_, _, cubes), (_, _, hv) = run
+        (_, _, ufunc), (_, _, expression), (_, _, listed), (_, _, cubes), (_, _, scaled), \
+            (_, _, hv) = run
         np.testing.assert_allclose(cubes, 3 * x ** 2, rtol=1e-12)
+        np.testing.assert_allclose(scaled, 4 * x + [0, 0.5, 0.5, 0], rtol=1e-12)
         np.testing.assert_allclose(ufunc, np.cos(x), rtol=1e-12)
         np.testing.assert_allclose(expression, first, rtol=1e-12)
         np.testing.assert_allclose(listed, 2 * x, rtol=1e-12)
         sigmoid = 1 / (1 + np.exp(-x))
         np.testing.assert_allclose(hv, sigmoid * (1 - sigmoid), rtol=1e-12)
-    assert len(list((tmp_path / "cache").glob("*.enzpy"))) == 5
+    assert len(list((tmp_path / "cache").glob("*.enzpy"))) == 6
 
 
 ENVIRONMENT_MODEL = """
