@@ -41,7 +41,8 @@ RESIZE_SHADOW_FUNCTION = "enzpy.varsize.resize"
 def _resize_shadow(resizer: str) -> str:
     """The shadow of a variable-size allocation resized by ``resizer`` (Numba's varsize
     realloc, which keeps the bytes, or alloc, which does not): the kept bytes stay, the
-    new ones are zero. Nothing when the shadow is null. Calls ``resizer`` directly, so
+    new ones are zero; a realloc to fewer bytes leaves it as it is. Nothing when the
+    shadow is null. Calls ``resizer`` directly, so
     that second order differentiates this function like the list code it mirrors."""
     keeps = "true" if resizer.endswith("realloc") else "false"
     return f"""
@@ -57,6 +58,14 @@ go:
   %sizep = getelementptr inbounds i8, ptr %mi, i64 {_MEMINFO_SIZE_OFFSET}
   %old = load i64, ptr %sizep
   %kept = select i1 {keeps}, i64 %old, i64 0
+  ; A shrinking list (pop) keeps its shadow's block whole: the reverse sweep
+  ; accumulates into the elements removed, through the block the shadow has then.
+  %shrinks = icmp ult i64 %size, %kept
+  br i1 %shrinks, label %unchanged, label %resize
+unchanged:
+  %same = call ptr @NRT_MemInfo_data_fast(ptr %mi)
+  ret ptr %same
+resize:
   %result = call ptr @{resizer}(ptr %mi, i64 %size)
   %ok = icmp ne ptr %result, null
   ; Numba declares the resizers ``noalias``: had the zeroing gone through their

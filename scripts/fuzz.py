@@ -20,7 +20,7 @@ Bodies are expression DAGs over the math enzpy supports, nested if/elif/else,
 ``.copy()``, array expressions) written then read, in-place updates and
 stencils, slices, ``.sum()`` and ``np.dot``, and containers holding floats and
 arrays (list literals, lists built by ``append`` and read by index or
-iteration, lists of ``(array, float)`` tuples, tuples, a ``@jitclass`` object
+iteration, lists grown then drained by ``pop`` and grown again, lists of ``(array, float)`` tuples, tuples, a ``@jitclass`` object
 with an array and a float field) written and read back.
 
 With the ``numpy`` feature, programs may also take a Duplicated matrix ``A``
@@ -638,7 +638,7 @@ class _Gen:
         """Floats and arrays put into a container, then read back into a float."""
         v = self.fresh("v")
         ones_d = [a for a in sorted(sc.arrays) if len(sc.arrays[a]) == 1]
-        forms = ["floats", "floats_loop", "dict_floats", "dict_loop"] + (
+        forms = ["floats", "floats_loop", "drained", "dict_floats", "dict_loop"] + (
             ["arrays", "appended", "tuple", "pairs", "box", "dict_arrays"] if ones_d else [])
         form = self.choice(forms)
         e = lambda: self.expr(sc, 2)  # noqa: E731
@@ -654,6 +654,18 @@ class _Gen:
                 item = self.fresh("item")
                 lines += [f"{v} = 0.0", f"for {item} in {c}:",
                           f"    {v} += {self.bounded(item + ' * ' + self.choice(sc.floats))}"]
+            sc.floats.append(v)
+            return lines
+        if form == "drained":
+            # grown past its first capacities, popped (the block shrinks), grown again
+            c, i = self.fresh("L"), self.fresh("i")
+            grown, kept = self.choice([0, 1, 6, 20]), self.choice([0, 1, 3])
+            lines = [f"{c} = [{e()}]", f"for {i} in range({grown}):",
+                     f"    {c}.append({e()} * ({i} + 1.0))",
+                     f"{v} = 0.0", f"while len({c}) > {kept}:",
+                     f"    {v} += {self.bounded(f'{c}.pop() * {self.choice(sc.floats)}')}"]
+            if self.chance(0.5):
+                lines += [f"{c}.append({e()})", f"{v} += {c}[len({c}) - 1] * {c}[0]"]
             sc.floats.append(v)
             return lines
         if form in ("dict_floats", "dict_loop"):

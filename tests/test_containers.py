@@ -6,6 +6,7 @@ reverse mode against central finite differences and in forward mode against
 the finite-difference directional derivative, and leaks nothing.
 """
 import collections
+import heapq
 import math
 
 import numba
@@ -86,6 +87,54 @@ def list_pop(x):
     last = values.pop()
     first = values.pop(0)
     return last * first + values[0]
+
+
+@njit
+def list_drained(x):
+    # grown past several capacities, then popped empty: the block shrinks while the
+    # popped values still need their derivatives
+    values = [x[i % x.size] * (i + 1.0) for i in range(40)]
+    s = 0.0
+    while len(values) > 0:
+        v = values.pop()
+        s += np.sin(v) * v * len(values)
+    return s
+
+
+@njit
+def list_drained_then_regrown(x):
+    values = [x[i % x.size] ** 2 for i in range(30)]
+    s = 0.0
+    while len(values) > 2:
+        s += values.pop() * x[0]
+    for i in range(25):                    # grows again over the slots just popped
+        values.append(x[i % x.size] * s * 0.01)
+    for v in values:
+        s += v * v
+    return s
+
+
+@njit
+def heap_shortest_path(x):
+    # Dijkstra over a small fixed graph with edge weights x**2, heapq on (float, int)
+    src = np.array([0, 0, 1, 1, 2, 3, 2])
+    dst = np.array([1, 2, 2, 3, 3, 4, 4])
+    w = np.array([x[0], 2.1 * x[1], x[2] * 0.7, 1.9 * x[3], 0.8 * x[4], 1.1 * x[0], 2.5])
+    dist = np.full(5, 1e30)
+    dist[0] = 0.0
+    heap = [(0.0, 0)]
+    while len(heap) > 0:
+        d, u = heapq.heappop(heap)
+        if d > dist[u]:
+            continue
+        for e in range(src.size):
+            if src[e] == u:
+                v = dst[e]
+                nd = d + w[e] ** 2
+                if nd < dist[v]:
+                    dist[v] = nd
+                    heapq.heappush(heap, (nd, v))
+    return dist[4] + 0.5 * dist[2]
 
 
 @njit
@@ -194,7 +243,8 @@ def jitclass_field_assigned(x):
 
 
 PROGRAMS = [list_literal, list_append_iterate, list_of_views_indexed, list_of_floats_grown,
-            list_pop, list_setitem, list_of_array_float_tuples, list_of_fresh_arrays,
+            list_pop, list_drained, list_drained_then_regrown, heap_shortest_path,
+            list_setitem, list_of_array_float_tuples, list_of_fresh_arrays,
             nested_lists, list_passed_to_callee, tuple_local, tuple_from_callee,
             jitclass_array_field, jitclass_float_field, jitclass_method,
             jitclass_field_assigned]
@@ -214,7 +264,8 @@ def _gradient(f, x):
 # Lists that grow (append past the first capacity, pop, nested appends): second order
 # differentiates the first-order derivative's resizing and freeing of their shadows.
 @pytest.mark.parametrize("f", [list_append_iterate, list_of_floats_grown, list_pop,
-                               list_of_fresh_arrays, nested_lists], ids=lambda f: f.__name__)
+                               list_drained, list_drained_then_regrown, list_of_fresh_arrays,
+                               nested_lists], ids=lambda f: f.__name__)
 def test_hvp_through_growing_lists(f):
     v = np.random.default_rng(1).standard_normal(X.size)
     eps = 1e-6
@@ -247,7 +298,8 @@ def test_grown_shadow_block_starts_at_zero(monkeypatch):
 
 def test_containers_leak_nothing():
     for f in (list_of_floats_grown, list_of_fresh_arrays, jitclass_method, nested_lists,
-              list_of_array_float_tuples, list_pop):
+              list_of_array_float_tuples, list_pop, list_drained_then_regrown,
+              heap_shortest_path):
         x, dx = X.copy(), np.zeros_like(X)
         autodiff(Reverse, f, Duplicated(x, dx))        # built
         _nrt_python.memsys_enable_stats()
