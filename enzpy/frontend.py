@@ -188,8 +188,8 @@ _FLOAT_NAMES = {64: "double", 32: "float"}
 
 def data_pointer_types(ctx, argtypes, restype) -> dict:
     """LLVM parameter index -> what the memory it points to holds: a float
-    type for float arrays' data, ``'int'`` for integer and boolean arrays' data
-    and strings' characters; index 0 (the return pointer) when the result
+    type for float arrays' data and lists of floats, ``'int'`` for integer and
+    boolean arrays' data, lists of them and strings' characters; index 0 (the return pointer) when the result
     holds arrays of one float type, or only integer and boolean arrays."""
     table, index = {}, 2          # after retptr and excinfo
     leaves = _array_leaves(restype)
@@ -207,8 +207,24 @@ def data_pointer_types(ctx, argtypes, restype) -> dict:
             table[index + 4] = "int"
         elif isinstance(ty, types.UnicodeType):
             table[index] = "int"          # the characters (the model's first field)
+        elif isinstance(ty, types.List) and _list_element(ty.dtype) is not None:
+            # the meminfo (the model's first field) of a block of the list's size,
+            # capacity and items
+            table[index] = _list_element(ty.dtype)
         index += len(ctx.get_arg_packer([ty]).argument_types)
     return table
+
+
+def _list_element(dtype):
+    """What the items of a list of ``dtype`` hold: one float type (with integers
+    beside it in a tuple), ``'int'`` for integers and booleans alone, else None."""
+    leaves = dtype if isinstance(dtype, types.BaseTuple) else (dtype,)
+    kinds = {_FLOAT_NAMES.get(t.bitwidth) if isinstance(t, types.Float) else
+             "int" if isinstance(t, (types.Integer, types.Boolean)) else None for t in leaves}
+    floats = kinds - {"int"}
+    if None in kinds or len(floats) > 1:
+        return None
+    return floats.pop() if floats else "int"
 
 
 def array_meminfo_params(ctx, argtypes) -> set:

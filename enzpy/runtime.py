@@ -123,19 +123,23 @@ def resize_shadow(e, ins, shadow_meminfo):
 
 def _memcpy_adjoint(ty: str) -> str:
     size = FLOAT_BYTES[ty]
-    body = f"""  %pd = getelementptr {ty}, ptr %dst, i64 %i
-  %d = load {ty}, ptr %pd
-  store {ty} 0.0, ptr %pd
-  br i1 %src_null, label %next, label %accumulate
-accumulate:
-  %ps = getelementptr {ty}, ptr %src, i64 %i
-  %s = load {ty}, ptr %ps
-  %t = fadd {ty} %s, %d
-  store {ty} %t, ptr %ps
-  br label %next
-next:"""
+
+    def body(i, tag):
+        return f"""  %pd.{tag} = getelementptr {ty}, ptr %dst, i64 {i}
+  %d.{tag} = load {ty}, ptr %pd.{tag}
+  store {ty} 0.0, ptr %pd.{tag}
+  br i1 %src_null, label %next.{tag}, label %accumulate.{tag}
+accumulate.{tag}:
+  %ps.{tag} = getelementptr {ty}, ptr %src, i64 {i}
+  %s.{tag} = load {ty}, ptr %ps.{tag}
+  %t.{tag} = fadd {ty} %s.{tag}, %d.{tag}
+  store {ty} %t.{tag}, ptr %ps.{tag}
+  br label %next.{tag}
+next.{tag}:"""
     return f"""
-; The reverse of memcpy(dst, src, n) on {ty} data: src' += dst'; dst' = 0.
+; The reverse of memcpy(dst, src, n) on {ty} data: src' += dst'; dst' = 0. For a
+; memmove whose ranges overlap, each dst' element is read before the loop writes
+; it: from the end down when dst lies below src, from the start up otherwise.
 define internal void @enzpy.memcpy.adjoint.{ty}(ptr %dst, ptr %src, i64 %n) {{
 entry:
   %count = udiv i64 %n, {size}
@@ -143,7 +147,11 @@ entry:
   br i1 %dst_null, label %exit, label %check_src
 check_src:
   %src_null = icmp eq ptr %src, null
-{counted_loop("loop", "%count", body, "exit")}exit:
+  %below = icmp ult ptr %dst, %src
+  br i1 %below, label %down.start, label %up.start
+up.start:
+{counted_loop("up", "%count", body("%i", "up"), "exit")}down.start:
+{counted_loop("down", "%count", body("%j", "down"), "exit", index="j", reverse=True)}exit:
   ret void
 }}
 """

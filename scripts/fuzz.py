@@ -20,7 +20,8 @@ Bodies are expression DAGs over the math enzpy supports, nested if/elif/else,
 ``.copy()``, array expressions) written then read, in-place updates and
 stencils, slices, ``.sum()`` and ``np.dot``, and containers holding floats and
 arrays (list literals, lists built by ``append`` and read by index or
-iteration, lists grown then drained by ``pop`` and grown again, lists of ``(array, float)`` tuples, tuples, a ``@jitclass`` object
+iteration, lists grown, drained by ``pop``/``pop(0)`` and grown again (``append``,
+``insert``, ``del``), lists of ``(array, float)`` tuples, tuples, a ``@jitclass`` object
 with an array and a float field) written and read back.
 
 With the ``numpy`` feature, programs may also take a Duplicated matrix ``A``
@@ -659,13 +660,20 @@ class _Gen:
         if form == "drained":
             # grown past its first capacities, popped (the block shrinks), grown again
             c, i = self.fresh("L"), self.fresh("i")
+            # (pop(0), insert and del move the items left over with memmove)
             grown, kept = self.choice([0, 1, 6, 20]), self.choice([0, 1, 3])
+            popped = f"{c}.pop({self.choice(['', '', '0'])})"
             lines = [f"{c} = [{e()}]", f"for {i} in range({grown}):",
                      f"    {c}.append({e()} * ({i} + 1.0))",
                      f"{v} = 0.0", f"while len({c}) > {kept}:",
-                     f"    {v} += {self.bounded(f'{c}.pop() * {self.choice(sc.floats)}')}"]
+                     f"    {v} += {self.bounded(f'{popped} * {self.choice(sc.floats)}')}"]
             if self.chance(0.5):
-                lines += [f"{c}.append({e()})", f"{v} += {c}[len({c}) - 1] * {c}[0]"]
+                lines += [self.choice([f"{c}.append({e()})", f"{c}.insert(0, {e()})"]),
+                          f"{v} += {c}[len({c}) - 1] * {c}[0]"]
+                if self.chance(0.5):
+                    item = self.fresh("item")
+                    lines += [f"del {c}[0]", f"for {item} in {c}:",
+                              f"    {v} += {self.bounded(f'{item} * {item}')}"]
             sc.floats.append(v)
             return lines
         if form in ("dict_floats", "dict_loop"):

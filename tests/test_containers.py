@@ -115,6 +115,23 @@ def list_drained_then_regrown(x):
 
 
 @njit
+def list_items_moved(x):
+    # Numba moves the items of a list with memmove, over overlapping ranges: down
+    # (pop(0), del), up (insert), both (slice assignment of another length)
+    values = [x[i % x.size] * (i + 1.0) for i in range(12)]
+    first = values.pop(0)
+    values.insert(0, x[1] * x[2])
+    values.insert(5, first * x[3])
+    del values[2]
+    del values[3:6]
+    values[1:3] = [x[4], x[0] ** 2, x[1], x[2] * 3.0]
+    s = 0.0
+    for i in range(len(values)):
+        s += values[i] * (i + 1.0) * (1.0 + 0.1 * values[i])
+    return s
+
+
+@njit
 def heap_shortest_path(x):
     # Dijkstra over a small fixed graph with edge weights x**2, heapq on (float, int)
     src = np.array([0, 0, 1, 1, 2, 3, 2])
@@ -243,7 +260,8 @@ def jitclass_field_assigned(x):
 
 
 PROGRAMS = [list_literal, list_append_iterate, list_of_views_indexed, list_of_floats_grown,
-            list_pop, list_drained, list_drained_then_regrown, heap_shortest_path,
+            list_pop, list_drained, list_drained_then_regrown, list_items_moved,
+            heap_shortest_path,
             list_setitem, list_of_array_float_tuples, list_of_fresh_arrays,
             nested_lists, list_passed_to_callee, tuple_local, tuple_from_callee,
             jitclass_array_field, jitclass_float_field, jitclass_method,
@@ -264,7 +282,8 @@ def _gradient(f, x):
 # Lists that grow (append past the first capacity, pop, nested appends): second order
 # differentiates the first-order derivative's resizing and freeing of their shadows.
 @pytest.mark.parametrize("f", [list_append_iterate, list_of_floats_grown, list_pop,
-                               list_drained, list_drained_then_regrown, list_of_fresh_arrays,
+                               list_drained, list_drained_then_regrown, list_items_moved,
+                               list_of_fresh_arrays,
                                nested_lists], ids=lambda f: f.__name__)
 def test_hvp_through_growing_lists(f):
     v = np.random.default_rng(1).standard_normal(X.size)

@@ -144,7 +144,7 @@ def test_generator_covers_its_features():
                    "d - 1", "np.zeros(", "np.empty(", "np.ones(", ".copy()", ".sum()",
                    "np.dot(", "[1:]", "[::2]", " *= ", "out[", "idx[", "range(n)", "abs(",
                    "max(", "min(", "math.exp(", "math.log(", "math.sqrt(", " ** 3",
-                   "a.size", "prange(", ".pop() * "]:
+                   "a.size", "prange(", ".pop() * ", ".pop(0) * ", ".insert(0, ", "del L"]:
         assert needle in text, needle
 
 
