@@ -317,6 +317,7 @@ class Activity:
         self.varied = set()
         self._roots = {}                # pointer name -> its roots
         self._varying_slots = set()     # stack slots a varying value may be written to
+        self._visiting = set()          # stack slots whose writes are being looked at
         for arg, act in zip(fn.args, arg_activity):
             if act == "dup":
                 self.shadowed.add(arg.name)
@@ -434,8 +435,16 @@ class Activity:
     def _slot_varies(self, root) -> bool:
         if root in self._varying_slots:
             return True
+        if root in self._visiting:
+            # (a cycle adds no varying value: whether one reaches the slot is
+            # decided along the other paths of the search that started it)
+            return False
         writers = self._slot_writers.get(root)
-        varies = writers is None or any(self._writes_varying(w, root) for w in writers)
+        self._visiting.add(root)
+        try:
+            varies = writers is None or any(self._writes_varying(w, root) for w in writers)
+        finally:
+            self._visiting.discard(root)
         if varies:
             self._varying_slots.add(root)
         return varies
@@ -445,8 +454,11 @@ class Activity:
             return self.is_varied(ins.operands[0])
         if not ins.callee:
             return True
-        return any(root not in self._pointer_roots(a) and (self.is_varied(a) or self.is_shadowed(a))
-                   if a.type == "ptr" else self.is_varied(a) for a in ins.args)
+        # (another stack slot passed along, such as the tangent slot of the pair of
+        # Gaussian draws in a tangent function, varies only if a write to it may)
+        return any(root not in self._pointer_roots(a) and (
+            self.is_varied(a) or (self.is_shadowed(a) and self._memory_varies(a)))
+            if a.type == "ptr" else self.is_varied(a) for a in ins.args)
 
     @cached_property
     def _slot_writers(self) -> dict:
@@ -459,8 +471,8 @@ class Activity:
         for b in self.fn.blocks:
             for ins in b.instructions:
                 op = ins.opcode
-                if op in POINTER_PROPAGATING or op == "load" or not ins.operands:
-                    continue
+                if op in POINTER_PROPAGATING or op in ("load", "icmp") or not ins.operands:
+                    continue        # (a comparison of the address writes nothing)
                 pointers = [o for o in ins.operands if o.type == "ptr" and o.kind == "inst"]
                 touched = {r for o in pointers for r in self._pointer_roots(o) if r in writers}
                 if not touched:
@@ -474,7 +486,7 @@ class Activity:
                     if not (ins.callee or "").startswith(("llvm.lifetime", "llvm.assume")):
                         for r in touched:
                             writers[r].append(ins)
-                else:               # ptrtoint, ret, insertvalue, icmp...: an address seen
+                else:               # ptrtoint, ret, insertvalue...: an address seen
                     escaped |= touched
         return {root: w for root, w in writers.items() if root not in escaped}
 

@@ -604,6 +604,20 @@ def test_candidate_is_differentiated(f, make_args):
     assert check.worst_relative_error < 1e-6, check
 
 
+def test_hvp_through_gaussian_noise():
+    """The pair of Gaussian draws goes through a stack slot whose tangent slot is
+    passed along with it: neither depends on x (hvp refused the function)."""
+    x, v = np.array([0.3, -0.2, 0.9]), np.array([0.5, 1.0, -0.3])
+
+    def gradient(at):
+        dx = np.zeros_like(at)
+        autodiff(Reverse, ok_gaussian_noise, Duplicated(at.copy(), dx))
+        return dx
+    h = 1e-6
+    expected = (gradient(x + h * v) - gradient(x - h * v)) / (2 * h)
+    np.testing.assert_allclose(enzpy.hvp(ok_gaussian_noise, x, v), expected, rtol=1e-6)
+
+
 # -- functions compiled eagerly, with a signature ------------------------------------------
 @njit("float64(float64[:], float64)")
 def eager_weighted_squares(x, k):
