@@ -14,7 +14,7 @@ from .analysis import Activity, ControlFlow, numba_convention, pointee_kinds, po
 from .errors import UnsupportedError
 from .frontend import PARALLEL_LOOP_BODY, demangle
 from .ir import contains_float, is_float_type
-from .memory import explain
+from .memory import PYTHON_OBJECT_CALL, explain
 from .runtime import VARSIZE_FREE
 
 # Numba's helper for Python's % and // on floats writes the remainder through a
@@ -90,7 +90,8 @@ class DerivativeGenerator:
                             else "an indirect call (indirect call with active arguments)")
                     raise UnsupportedError(
                         f"a value that depends on the differentiated inputs flows into "
-                        f"{what}{self._where(ins)}{explain(ins.callee)}{self._rule_advice()}")
+                        f"{what}{self._where(ins)}{explain(ins.callee)}"
+                        f"{'' if PYTHON_OBJECT_CALL.match(ins.callee or '') else self._rule_advice()}")
                 if self._is_derivative_call(ins) and is_float_type(ins.type) \
                         and self.act.is_active(ins.value) \
                         and not FLOOR_QUOTIENT.search(ins.callee):

@@ -9,6 +9,7 @@ reverse sweep may still need the memory), and bulk copies.
 from __future__ import annotations
 
 import hashlib
+import re
 from functools import cached_property
 
 from numba.core import serialize
@@ -61,6 +62,7 @@ def shadow_name(name: str) -> str:
 
 
 def explain(callee: str) -> str:
+    callee = callee or ""            # (an indirect call)
     if callee.startswith("numba_list_"):
         return ("; this is numba.typed.List, whose C implementation enzpy cannot differentiate "
                 "yet: use a list ([...]), a tuple, an array or a jitclass object")
@@ -69,7 +71,15 @@ def explain(callee: str) -> str:
     if callee.startswith("enzpy.dict."):
         return ("; this is the first derivative's mirror of a numba.typed.Dict: second-order "
                 "derivatives through a dictionary are not supported")
+    if PYTHON_OBJECT_CALL.match(callee):
+        return ("; this turns the value into a Python object (print, objmode, a call into "
+                "Python), where enzpy cannot follow its derivative: print or hand to Python "
+                "only values that do not depend on the differentiated inputs")
     return ""
+
+
+# Python's C API, which Numba calls to box values (print, objmode, callbacks).
+PYTHON_OBJECT_CALL = re.compile(r"Py[A-Z]\w*_|numba_(box|unbox)_")
 
 
 def null_shadow(ty: str) -> Value:

@@ -195,6 +195,13 @@ def unsup_objmode(x):
 
 
 @njit
+def unsup_print(x):
+    y = x * x
+    print("y =", y)
+    return y * 3.0
+
+
+@njit
 def _unsup_gen(x):
     for i in range(3):
         yield x * i
@@ -257,7 +264,9 @@ CORPUS = [
     # the block's result is boxed for the interpreter: before 6da8ef7 its
     # derivative was silently dropped (2x instead of 4x)
     ("objmode_block", unsup_objmode, lambda: [Active(1.5)], UnsupportedError, "unsup_objmode",
-     ["PyFloat_FromDouble", "near line"]),
+     ["PyFloat_FromDouble", "near line", "turns the value into a Python object"]),
+    ("print_of_active_value", unsup_print, lambda: [Active(1.5)], UnsupportedError,
+     "unsup_print", ["Python object (print", "only values that do not depend"]),
     ("generator_consumer", unsup_generator_consumer, lambda: [Active(1.5)], UnsupportedError,
      "unsup_generator_consumer", ["uses a generator", "at test_unsupported.py:"]),
 ]
