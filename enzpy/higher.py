@@ -6,6 +6,8 @@ once per basis vector; ``jacobian`` runs forward mode once per basis vector.
 """
 from __future__ import annotations
 
+import inspect
+
 import numba
 import numba.extending
 import numpy as np
@@ -19,12 +21,17 @@ from .errors import UnsupportedError
 from .pipeline import build, entries
 
 
-def _plain_consts(consts):
+def _plain_consts(consts, disp):
+    """The values of the arguments after x, then the defaults of the parameters
+    left out (as autodiff passes them: constants)."""
     for i, c in enumerate(consts):
         if isinstance(c, Annotation) and type(c) is not Const:
             raise TypeError(f"argument {i + 1}: the arguments after x are constants; "
                             f"got {type(c).__name__}")
-    return tuple(c.val if type(c) in _ANNOTATIONS else c for c in consts)
+    params = [p for p in inspect.signature(disp.py_func).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    omitted = [p.default for p in params[1 + len(consts):] if p.default is not p.empty]
+    return tuple(c.val if type(c) in _ANNOTATIONS else c for c in consts) + tuple(omitted)
 
 
 def _point(x, name):
@@ -47,7 +54,7 @@ def hvp(f, x, v, *args):
     """
     disp = _dispatcher(f)
     x = _point(x, "hvp")
-    consts = _plain_consts(args)
+    consts = _plain_consts(args, disp)
     if isinstance(x, np.ndarray):
         v = np.asarray(v)
         if v.dtype.kind not in "fiub":
@@ -99,7 +106,7 @@ def jacobian(g, x, *args):
     """
     disp = _dispatcher(g)
     x = _point(x, "jacobian")
-    consts = _plain_consts(args)
+    consts = _plain_consts(args, disp)
     restype = _return_type(disp, (x, *consts))
     if isinstance(restype, types.Optional):     # (np.linalg.matrix_power's result)
         restype = restype.type
@@ -209,18 +216,18 @@ def _ol_pair(out, g):
 _pullback_objectives: dict = {}
 
 
-def _objective(disp):
-    """``lambda *args, g: _pair(f(*args), g)``: reverse mode of it gives J^T g."""
-    found = _pullback_objectives.get(disp)
+def _objective(disp, n):
+    """``lambda *args, g: _pair(f(*args), g)`` for ``n`` arguments (Numba fills
+    in the defaults of the others): reverse mode of it gives J^T g."""
+    found = _pullback_objectives.get((disp, n))
     if found is None:
-        n = disp.py_func.__code__.co_argcount
         names = ", ".join(f"a{i}" for i in range(n))
         namespace = {"f": disp, "_pair": _pair}
         exec(f"def objective({names}{', ' if n else ''}g):\n"
              f"    return _pair(f({names}), g)\n", namespace)
         objective = namespace["objective"]
         objective.__qualname__ = f"vjp({disp.py_func.__qualname__})"
-        found = _pullback_objectives[disp] = numba.njit(objective)
+        found = _pullback_objectives[disp, n] = numba.njit(objective)
     return found
 
 
@@ -292,16 +299,16 @@ def vjp(f, *args):
            if type(a) is not Const and _differentiable(v)]
     for i, (a, v) in enumerate(zip(args, values)):
         if type(a) is not Const and i not in wrt and _holds_floats(v):
-            raise TypeError(f"vjp: argument {i} ({type(v).__name__}) holds floats, and vjp "
-                            f"differentiates float scalars and float arrays passed "
-                            f"themselves: pass its arrays as arguments of their own, or wrap "
-                            f"it in Const(...) to leave it undifferentiated")
+            raise TypeError(f"vjp: argument {i} ({type(v).__name__}) holds floats (in arrays "
+                            f"or as scalars), and vjp differentiates float scalars and float "
+                            f"arrays passed themselves: pass its arrays as arguments of their "
+                            f"own, or wrap it in Const(...) to leave it undifferentiated")
     out = disp(*[v.copy() if isinstance(v, np.ndarray) else v for v in values])
     if not _cotangent_shaped(out):
         raise UnsupportedError(f"vjp: '{getattr(disp, '__name__', disp)}' returns "
                                f"{type(out).__name__}; vjp differentiates functions returning "
                                f"floats, arrays or tuples of them")
-    objective = _objective(disp)
+    objective = _objective(disp, len(args))
 
     def pullback(g):
         g = _check_cotangent(g, out)

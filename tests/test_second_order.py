@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from numba import njit
 
+import enzpy
 from enzpy import (Active, Const, Duplicated, Forward, Reverse, autodiff, build_report,
                    cache_info, hessian, hvp, jacobian)
 
@@ -1049,3 +1050,34 @@ def test_a_shared_derivative_keeps_what_it_assumed_of_memory():
         return g
     expected = (gradient(y0 + h * w) - gradient(y0 - h * w)) / (2 * h)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-8)
+
+
+# -- parameters left to their defaults, as autodiff takes them (Const(default)) ------------
+@njit
+def _cubes_scaled(x, c=2.0):
+    return (x ** 3).sum() * c
+
+
+@njit
+def _cubes_scaled_array(x, c=2.0):
+    return x ** 3 * c
+
+
+def test_defaulted_parameters_in_every_helper():
+    """hvp, hessian, jacobian and vjp raised Numba's "Signature mismatch" when a
+    parameter was left to its default."""
+    x, v = np.array([0.3, 0.5, 0.9]), np.array([1.0, -0.5, 0.25])
+    np.testing.assert_allclose(hvp(_cubes_scaled, x, v), 12 * x * v, rtol=1e-12)
+    np.testing.assert_allclose(hvp(_cubes_scaled, x, v, 3.0), 18 * x * v, rtol=1e-12)
+    np.testing.assert_allclose(hessian(_cubes_scaled, x), np.diag(12 * x), rtol=1e-12)
+    np.testing.assert_allclose(jacobian(_cubes_scaled, x), 6 * x ** 2, rtol=1e-12)
+    np.testing.assert_allclose(jacobian(_cubes_scaled_array, x), np.diag(6 * x ** 2),
+                               rtol=1e-12)
+    out, pullback = enzpy.vjp(_cubes_scaled_array, x)
+    np.testing.assert_allclose(out, 2 * x ** 3, rtol=1e-12)
+    (dx,) = pullback(v)
+    np.testing.assert_allclose(dx, 6 * x ** 2 * v, rtol=1e-12)
+    (dx, dc) = enzpy.vjp(_cubes_scaled_array, x, 3.0)[1](v)
+    np.testing.assert_allclose(dx, 9 * x ** 2 * v, rtol=1e-12)
+    assert dc == pytest.approx((x ** 3 * v).sum(), rel=1e-12)
+    np.testing.assert_allclose(enzpy.gradient(_cubes_scaled, x), 6 * x ** 2, rtol=1e-12)
