@@ -132,6 +132,20 @@ def list_items_moved(x):
 
 
 @njit
+def list_of_pairs_moved(x):
+    # (float, int) items: the memory holds floats beside integers
+    items = [(x[i % x.size] * (i + 1.0), i) for i in range(15)]
+    first = items.pop(0)
+    items.insert(2, (first[0] * x[1], 7))
+    del items[4]
+    del items[1:3]
+    s = 0.0
+    for v, k in items:
+        s += v * v * (k + 1.0)
+    return s
+
+
+@njit
 def heap_shortest_path(x):
     # Dijkstra over a small fixed graph with edge weights x**2, heapq on (float, int)
     src = np.array([0, 0, 1, 1, 2, 3, 2])
@@ -261,7 +275,7 @@ def jitclass_field_assigned(x):
 
 PROGRAMS = [list_literal, list_append_iterate, list_of_views_indexed, list_of_floats_grown,
             list_pop, list_drained, list_drained_then_regrown, list_items_moved,
-            heap_shortest_path,
+            list_of_pairs_moved, heap_shortest_path,
             list_setitem, list_of_array_float_tuples, list_of_fresh_arrays,
             nested_lists, list_passed_to_callee, tuple_local, tuple_from_callee,
             jitclass_array_field, jitclass_float_field, jitclass_method,
@@ -283,7 +297,7 @@ def _gradient(f, x):
 # differentiates the first-order derivative's resizing and freeing of their shadows.
 @pytest.mark.parametrize("f", [list_append_iterate, list_of_floats_grown, list_pop,
                                list_drained, list_drained_then_regrown, list_items_moved,
-                               list_of_fresh_arrays,
+                               list_of_pairs_moved, list_of_fresh_arrays,
                                nested_lists], ids=lambda f: f.__name__)
 def test_hvp_through_growing_lists(f):
     v = np.random.default_rng(1).standard_normal(X.size)
