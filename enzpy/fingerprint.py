@@ -304,9 +304,9 @@ _PROCESS_BOUND = re.compile(r"B\d+v\d+|numba\.dynamic\.globals\.[0-9a-f]+|"
 
 # Names that differ between processes without a difference in the code (array
 # expressions, the kernels of parallel loops, jitclasses and functions passed as
-# values carry the address of an object,
-# byte strings Python's salted hash of their contents, inlined closures a
-# counter) are numbered in order of appearance; byte strings' lengths go (their contents stay), as do Numba's ABI
+# values carry the address of an object, byte strings Python's salted hash of
+# their contents, inlined closures a counter) are numbered in order of
+# appearance; byte strings' lengths go (their contents stay), as do Numba's ABI
 # tags (``B42c8t...``, its compile flags), which differ between a function it
 # compiled in this process and one it loaded from its cache, which enzpy lowers
 # again with other flags (the code's own flags show in its instructions).

@@ -189,8 +189,9 @@ _FLOAT_NAMES = {64: "double", 32: "float"}
 def data_pointer_types(ctx, argtypes, restype) -> dict:
     """LLVM parameter index -> what the memory it points to holds: a float
     type for float arrays' data and lists of floats, ``'int'`` for integer and
-    boolean arrays' data, lists of them and strings' characters; index 0 (the return pointer) when the result
-    holds arrays of one float type, or only integer and boolean arrays."""
+    boolean arrays' data, lists of them and strings' characters; index 0 (the
+    return pointer) when the result holds arrays of one float type, or only
+    integer and boolean arrays."""
     table, index = {}, 2          # after retptr and excinfo
     leaves = _array_leaves(restype)
     returned = {_FLOAT_NAMES.get(t.dtype.bitwidth) for t in leaves

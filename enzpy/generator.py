@@ -86,12 +86,13 @@ class DerivativeGenerator:
                             "derivative with enzpy.defvjp")
                         error.construct = "enzpy.autodiff"
                         raise error
+                    python_object = PYTHON_OBJECT_CALL.match(ins.callee or "")
                     what = (f"'{ins.callee}', which enzpy cannot differentiate" if ins.callee
                             else "an indirect call (indirect call with active arguments)")
                     raise UnsupportedError(
                         f"a value that depends on the differentiated inputs flows into "
                         f"{what}{self._where(ins)}{explain(ins.callee)}"
-                        f"{'' if PYTHON_OBJECT_CALL.match(ins.callee or '') else self._rule_advice()}")
+                        f"{'' if python_object else self._rule_advice()}")
                 if self._is_derivative_call(ins) and is_float_type(ins.type) \
                         and self.act.is_active(ins.value) \
                         and not FLOOR_QUOTIENT.search(ins.callee):

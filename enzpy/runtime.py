@@ -42,8 +42,8 @@ def _resize_shadow(resizer: str) -> str:
     """The shadow of a variable-size allocation resized by ``resizer`` (Numba's varsize
     realloc, which keeps the bytes, or alloc, which does not): the kept bytes stay, the
     new ones are zero; a realloc to fewer bytes leaves it as it is. Nothing when the
-    shadow is null. Calls ``resizer`` directly, so
-    that second order differentiates this function like the list code it mirrors."""
+    shadow is null. Calls ``resizer`` directly, so that second order differentiates
+    this function like the list code it mirrors."""
     keeps = "true" if resizer.endswith("realloc") else "false"
     return f"""
 declare noalias ptr @{resizer}(ptr, i64)
