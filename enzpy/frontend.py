@@ -165,6 +165,7 @@ def _compile_again(dispatcher, argtypes, symbol):
         cres = compiler.compile_extra(dispatcher.typingctx, dispatcher.targetctx, impl,
                                       tuple(argtypes), None, flags, dispatcher.locals,
                                       pipeline_class=dispatcher._compiler.pipeline_class)
+    _check_frozen_values(dispatcher, argtypes, cres)
     _define_environment(dispatcher.targetctx, cres)
     new = cres.fndesc.mangled_name
     with _lock:
@@ -175,6 +176,57 @@ def _compile_again(dispatcher, argtypes, symbol):
                       text, flags=re.M)
         _raw_ir[symbol] = text.replace(new, symbol)
         return _raw_ir[symbol], cres.fndesc
+
+
+def _frozen_values(cres) -> dict:
+    """The globals and closure variables Numba froze into a compiled function,
+    by name (empty for one it loaded from its cache: it keeps no IR)."""
+    annotation = cres.type_annotation
+    if not hasattr(annotation, "blocks"):      # (None, or text for a cached function)
+        return {}
+    return {(type(stmt.value).__name__, stmt.value.name): stmt.value.value
+            for block in annotation.blocks.values() for stmt in block.body
+            if isinstance(stmt, numba_ir.Assign)
+            and isinstance(stmt.value, (numba_ir.Global, numba_ir.FreeVar))}
+
+
+def _same_value(a, b) -> bool:
+    if a is b:
+        return True
+    from .fingerprint import Fingerprint, NotCacheable
+    digests = []
+    for v in (a, b):
+        fp = Fingerprint()
+        try:
+            fp.value(v)
+        except NotCacheable:
+            return False
+        digests.append(fp.key)
+    return digests[0] == digests[1]
+
+
+def _check_frozen_values(dispatcher, argtypes, cres):
+    """Lowered again (compiled before enzpy was imported), the code reads
+    today's globals; Numba runs the code it compiled with the values they had
+    then. Differentiating other code than Numba runs is refused."""
+    compiled = dispatcher.overloads.get(tuple(argtypes))
+    if compiled is None:
+        return
+    now = _frozen_values(cres)
+    for (kind, name), then in _frozen_values(compiled).items():
+        if (kind, name) in now and not _same_value(then, now[kind, name]):
+            what = "global" if kind == "Global" else "closure variable"
+            raise UnsupportedError(
+                f"Numba compiled '{dispatcher.py_func.__qualname__}' before enzpy was "
+                f"imported, when its {what} '{name}' was {_short_repr(then)}; it is now "
+                f"{_short_repr(now[kind, name])}, and Numba still runs the code it compiled "
+                f"then: call {dispatcher.py_func.__name__}.recompile() to take the new value "
+                f"(or import enzpy before Numba compiles)")
+
+
+def _short_repr(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _define_environment(ctx, cres):

@@ -140,6 +140,28 @@ reports: dict = {}
 _lock = threading.RLock()
 
 
+def _forget_recompiled():
+    """``f.recompile()`` (Numba's way to take changed globals) makes the
+    derivatives built for ``f`` here those of code it no longer runs: they go
+    (a caller compiled before keeps calling the old code, and its derivative)."""
+    recompile = numba.core.dispatcher.Dispatcher.recompile
+    if getattr(recompile, "_enzpy_hook", False):
+        return
+
+    def recompile_forgetting(self):
+        with _lock:
+            for table in (entries, fast_paths):
+                for key in [k for k in table if any(part is self for part in k)]:
+                    del table[key]
+        return recompile(self)
+
+    recompile_forgetting._enzpy_hook = True
+    numba.core.dispatcher.Dispatcher.recompile = recompile_forgetting
+
+
+_forget_recompiled()
+
+
 # Numba passes an array as (meminfo, parent, nitems, itemsize, data, shape..., strides...):
 # the meminfo and the data pointer get shadows.
 ARRAY_SHADOWED_FIELDS = (0, 4)

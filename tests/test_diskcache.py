@@ -946,3 +946,19 @@ def test_code_raising_exceptions_with_runtime_values_is_cached_and_raises_when_l
         np.testing.assert_allclose(run["dA"], expected, rtol=1e-12)
         assert run["raised"] == ["ValueError",
                                  "cannot assign slice of shape (4,) from input of shape (5,)"]
+
+
+def test_recompile_takes_the_new_globals_in_the_derivative_too():
+    """``f.recompile()`` is Numba's way to take a changed global; the derivatives
+    built for f in this process (and their fast paths) were kept, stale."""
+    namespace = {"njit": njit, "K": 1.0}
+    exec("@njit\ndef f(x):\n    return K * x * x\n", namespace)
+    f = namespace["f"]
+    assert autodiff(Reverse, f, Active(0.7)) == ((1.4,),)
+    assert autodiff(Reverse, f, Active(0.7)) == ((1.4,),)       # (the fast path)
+    assert enzpy.hvp(f, 0.7, 1.0) == pytest.approx(2.0)
+    namespace["K"] = 4.0
+    f.recompile()
+    ((d,),) = autodiff(Reverse, f, Active(0.7))
+    assert f(0.7) == pytest.approx(1.96) and d == pytest.approx(5.6, rel=1e-12)
+    assert enzpy.hvp(f, 0.7, 1.0) == pytest.approx(8.0)

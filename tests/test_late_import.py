@@ -33,3 +33,62 @@ def test_late_import_gives_the_same_derivatives():
                 np.testing.assert_allclose(gb, ga, rtol=1e-12, atol=1e-14, err_msg=name)
         else:
             assert a["error"] == b["error"], (name, a, b)
+
+
+FROZEN_MODULE = '''
+from numba import njit
+
+K = 1.0
+
+
+def make(k):
+    @njit
+    def scaled(x):
+        return k * x * x
+    return scaled
+
+
+@njit
+def f(x):
+    return K * x * x
+'''
+
+FROZEN_RUN = '''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import frozen
+f, g = frozen.f, frozen.make(2.0)
+f(0.5), g(0.5)                      # compiled with K = 1, k = 2
+frozen.K = 4.0
+g.py_func.__closure__[0].cell_contents = 5.0
+import enzpy
+from enzpy import Active, Reverse, autodiff
+refusals = []
+for fn in (f, g):
+    try:
+        autodiff(Reverse, fn, Active(0.7))
+    except enzpy.UnsupportedError as error:
+        refusals.append(str(error))
+f.recompile()                       # takes K = 4, as Numba documents
+(df,), = autodiff(Reverse, f, Active(0.7))
+print(json.dumps({"refusals": refusals, "after_recompile": [f(0.7), df]}))
+'''
+
+
+def test_values_changed_since_numba_compiled_before_import_are_refused(tmp_path):
+    """Lowered again when enzpy is imported after Numba compiled it, the code
+    reads today's globals and closure variables: its derivative was that of
+    other code than Numba runs (5.6 where f(x) = x**2 has 1.4 at 0.7)."""
+    (tmp_path / "frozen.py").write_text(FROZEN_MODULE)
+    (tmp_path / "run.py").write_text(FROZEN_RUN)
+    env = dict(os.environ, ENZPY_CACHE="0", PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    global_refusal, closure_refusal = out["refusals"]
+    assert "global 'K' was 1.0; it is now 4.0" in global_refusal
+    assert "f.recompile()" in global_refusal
+    assert "closure variable 'k' was 2.0; it is now 5.0" in closure_refusal
+    value, slope = out["after_recompile"]
+    assert abs(value - 4.0 * 0.49) < 1e-12 and abs(slope - 5.6) < 1e-12
