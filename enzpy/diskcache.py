@@ -351,6 +351,7 @@ def _load(key, codegen, depth=0, accept=lambda index: True):
     if not accept(index):
         return None
     if not fingerprint.files_unchanged(index["files"]) or \
+            not fingerprint.values_unchanged(index.get("values", {})) or \
             _object_digest(payload) != index["object_digest"]:
         return None
     if depth and index["relocations"]:

@@ -13,8 +13,9 @@ not walked: the versions cover it.
 Some callees are not reachable by name (an ``@overload`` implementation, a
 function passed through a container): the build records the source files of
 every Numba function it lowered that the walk did not cover, with a hash of
-their contents, and a cached entry is only used while those files are
-unchanged (``files_unchanged``). A value enzpy cannot fingerprint (an object
+their contents, and the values of the globals they read, and a cached entry
+is only used while those are unchanged (``files_unchanged``,
+``values_unchanged``). A value enzpy cannot fingerprint (an object
 whose ``repr`` is its address) makes the derivative uncacheable
 (``NotCacheable``), never wrongly cached.
 """
@@ -375,24 +376,79 @@ _KERNEL_FOLDER = re.compile(r"ipykernel_\d+")
 
 
 # -- callees the walk did not reach ----------------------------------------------------
-def uncovered_files(fp, lowered) -> dict:
-    """{source file: content hash} of the Numba functions a build lowered that
-    the fingerprint's walk did not cover (an installed package's included:
-    only Numba's and enzpy's own come with a version in the key); raises
-    NotCacheable for one that has no source file."""
-    files = {}
+def _uncovered_functions(fp, lowered):
+    """The Python functions of the Numba functions a build lowered that the
+    fingerprint's walk did not cover (an ``@overload`` implementation, an
+    installed package's helper: only Numba's and enzpy's own come with a
+    version in the key)."""
     for low in lowered.values():
         fn = getattr(low.dispatcher, "py_func", None)
         code = getattr(fn, "__code__", None)
         if code is None or code in fp.codes or getattr(fn, "_enzpy_generated", False) or \
                 _real(code.co_filename).startswith(_VERSIONED_DIRS):
             continue
-        path = code.co_filename
+        yield fn
+
+
+def uncovered_files(fp, lowered) -> dict:
+    """{source file: content hash} of the uncovered functions (see
+    ``_uncovered_functions``); raises NotCacheable for one that has no source
+    file."""
+    files = {}
+    for fn in _uncovered_functions(fp, lowered):
+        path = fn.__code__.co_filename
         if not os.path.isfile(path):
             raise NotCacheable(f"'{fn.__qualname__}' is generated code ({path}) that "
                                f"enzpy cannot trace back to a source file")
         files[path] = file_digest(path)
     return files
+
+
+def uncovered_values(fp, lowered) -> dict:
+    """{"module:name": digest} of the globals the uncovered functions read,
+    and of the attributes they read of modules held in globals (a constants
+    module an ``@overload`` implementation reads: its own file's hash does not
+    cover it). Recorded only for code lowered from today's values."""
+    values = {}
+    for fn in _uncovered_functions(fp, lowered):
+        names = _names_used(fn.__code__)
+        for name in sorted(names & set(fn.__globals__)):
+            v = fn.__globals__[name]
+            if not isinstance(v, pytypes.ModuleType):
+                values[f"{fn.__globals__.get('__name__')}:{name}"] = _value_digest(v)
+            elif getattr(v, "__file__", None) and \
+                    not _real(v.__file__).startswith(_VERSIONED_DIRS):
+                for attr in sorted(a for a in names if hasattr(v, a)):
+                    values[f"{v.__name__}:{attr}"] = _value_digest(getattr(v, attr))
+    return values
+
+
+def values_unchanged(values: dict) -> bool:
+    for key, digest in values.items():
+        module_name, _, name = key.rpartition(":")
+        module = sys.modules.get(module_name)
+        if module is None or not hasattr(module, name):
+            return False
+        try:
+            if _value_digest(getattr(module, name)) != digest:
+                return False
+        except NotCacheable:
+            return False
+    return True
+
+
+def _names_used(code) -> set:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, pytypes.CodeType):
+            names |= _names_used(const)
+    return names
+
+
+def _value_digest(v) -> str:
+    fp = Fingerprint()
+    fp.value(v)
+    return fp.key
 
 
 _file_digests: dict = {}

@@ -466,6 +466,9 @@ class Build:
             try:
                 index["files"] = fingerprint.uncovered_files(self.fingerprint,
                                                              self.primal.lowered)
+                # (code compiled before the call is known by its digest instead)
+                index["values"] = {} if self.compiled_before else \
+                    fingerprint.uncovered_values(self.fingerprint, self.primal.lowered)
             except fingerprint.NotCacheable as exc:
                 self.report.cache = f"not cached: {exc}"
                 return

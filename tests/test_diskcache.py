@@ -215,6 +215,24 @@ def test_editing_the_function_or_a_callee_rebuilds(project):
     _check(again, shift=1.5, factor=3.0)
 
 
+def test_a_constant_an_overload_reads_from_another_module_keys_the_entry(project):
+    """helper.py's hash covers the @overload's code, not constants.py, whose value
+    Numba freezes into it (the derivative of FACTOR = 2 was loaded for FACTOR = 3)."""
+    code = project / "code"
+    (code / "helper.py").write_text("import constants\n" +
+                                    HELPER.format(scale_body="constants.FACTOR * a"))
+    (code / "constants.py").write_text("FACTOR = 2.0\n")
+    first = _run(project)
+    assert first["cache"] == "stored"
+    _check(first)
+    assert _run(project)["cache"] == "loaded"
+    (code / "constants.py").write_text("FACTOR = 3.0\n")
+    changed = _run(project)
+    assert changed["cache"] == "stored"
+    _check(changed, factor=3.0)
+    assert _run(project)["cache"] == "loaded"
+
+
 def test_corrupted_or_truncated_entries_are_rebuilt_never_loaded(project):
     _run(project)
     folder = project / "cache"
