@@ -172,7 +172,9 @@ def _shadow_values(args, positions, written=()):
         elif not _is_float_scalar(x):
             check_shadow(i, x, dx)
         shadows.append(dx)
-    _check_shadows_apart(_array_shadow_pairs(args, positions), written)
+    pairs = _array_shadow_pairs(args, positions)
+    _check_shadows_apart(pairs, written)
+    _check_shadows_off_values(args, pairs)
     for k, (dx, slot) in enumerate(copies or ()):
         stand_in = strided_like(args[positions[slot]].val)
         stand_in[...] = dx
@@ -203,6 +205,20 @@ def _check_shadows_apart(pairs, written=()):
     conflict = conflicting_shadows(pairs, held) if len(pairs) > 1 else None
     if conflict is not None:
         raise ValueError(unlike_shadows_message(*conflict))
+
+
+def _check_shadows_off_values(args, pairs):
+    """A shadow receives derivatives: memory an argument's value also is (a
+    Const array, another argument's array, an array of its own container)
+    would be read as a value after the derivative wrote to it."""
+    values = [(j, x) for j, a in enumerate(args)
+              for x in arrays_in(a.val if type(a) in _ANNOTATIONS else a)]
+    for label, _, dx in pairs:
+        for j, x in values:
+            if share_memory(dx, x):
+                raise ValueError(f"argument {label}: its shadow shares memory with the array "
+                                 f"of argument {j}; a shadow receives the derivatives, so it "
+                                 f"needs memory of its own (np.zeros_like, enzpy.zeros_like)")
 
 
 def _is_float_scalar(x) -> bool:

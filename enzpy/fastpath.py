@@ -121,6 +121,14 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
         lines += checked_while_same("shadows_apart",
                                     [name for i in arrays for name in (f"v{i}", f"d{i}")],
                                     [f"conflicting([{pairs}], {set(entry.written_shadowed)!r})"])
+    array_values = [i for i, a in enumerate(args)
+                    if type(a.val if type(a) in (active, const, duplicated) else a) is np.ndarray]
+    off_values = [(j, i) for i in arrays for j in array_values if j != i]
+    if off_values:
+        # no shadow is memory another argument's value also is
+        lines += checked_while_same("off_values",
+                                    [f"v{j}" for j in array_values] + [f"d{i}" for i in arrays],
+                                    [f"share(v{j}, d{i})" for j, i in off_values])
     if entry.alias_checks:
         checked = sorted({i for pair in entry.alias_checks for i in pair})
         lines += checked_while_same("disjoint", [f"v{i}" for i in checked],

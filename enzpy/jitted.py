@@ -229,6 +229,13 @@ def _implementation(entry, mode, signature, annotated):
             held = i in entry.written_shadowed or j in entry.written_shadowed
             lines += [f"    if shadows_mix({a}, {d}, {b}, {e}, {held}):",
                       f"        raise ValueError({unlike_shadows_message(i, j)!r})"]
+    for i, _, d in pairs:
+        for j, (_, ty, _) in enumerate(signature):
+            if j != i and isinstance(ty, types.Array):
+                lines += [f"    if may_share_memory({values[j]}, {d}):",
+                          f"        raise ValueError('argument {i}: its shadow shares memory "
+                          f"with the array of argument {j}; a shadow receives the "
+                          f"derivatives, so it needs memory of its own')"]
     for written, other in entry.alias_checks:
         for array in _arrays_in(signature[written][1], values[written], written):
             lines += [f"    if may_share_memory({array}, {values[other]}):",

@@ -112,6 +112,34 @@ def test_arrays_found_apart_are_compared_again_when_one_changes():
     np.testing.assert_allclose(dx, 4.0 * X)
 
 
+@njit
+def _reads_last(a, b):
+    s = 0.0
+    for i in range(a.size):
+        s += a[i] * b[b.size - 1]
+    return s
+
+
+def test_a_shadow_that_is_another_arguments_value_is_refused_on_every_call():
+    """Duplicated(a, b) with b also passed as a value: the reverse sweep read b after
+    writing a's derivatives into it (a wrong gradient, and the Const b changed)."""
+    a, b = np.array([0.1, 0.2, 0.3, 0.4]), np.array([1.0, 2.0, 3.0, 0.5])
+    c = np.arange(1.0, 7.0)                    # (two overlapping views of it)
+    for _ in range(3):                         # built, then through the generated path
+        da = np.zeros(4)
+        autodiff(Reverse, _reads_last, Duplicated(a, da), Const(b))
+        np.testing.assert_allclose(da, np.full(4, 0.5))
+    for call in (lambda: autodiff(Reverse, _reads_last, Duplicated(a, b), Const(b)),
+                 lambda: autodiff(Reverse, _reads_last, Duplicated(a, c[2:]), Const(c[:4])),
+                 lambda: autodiff(Reverse, _reads_last, Duplicated(a, b),
+                                  Duplicated(b, np.zeros(4))),
+                 lambda: autodiff(Forward, _reads_last, Duplicated(a, b), Const(b))):
+        with pytest.raises(ValueError, match="shadow shares memory with the array of argument 1"):
+            call()
+        np.testing.assert_array_equal(b, [1.0, 2.0, 3.0, 0.5])
+        np.testing.assert_array_equal(c, np.arange(1.0, 7.0))
+
+
 def test_changed_rules_drop_the_generated_paths():
     _reverse(Reverse)
     _reverse(Reverse)

@@ -612,3 +612,18 @@ def test_written_array_in_a_tuple_aliasing_an_argument_is_refused():
     y, dy = x0.copy(), np.zeros(3)
     autodiff(Reverse, _square_into_held_then_read, Duplicated((y,), (dy,)), Duplicated(x, d))
     np.testing.assert_allclose(d, np.cos(x0) * x0 ** 2 + np.sin(x0) * 2 * x0, rtol=1e-12)
+
+
+@njit
+def _pair_product(t):
+    return (t[0] * t[1]).sum()
+
+
+def test_a_container_shadow_that_is_a_value_is_refused():
+    a, b = np.array([0.1, 0.2, 0.3]), np.array([1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="shadow shares memory with the array of argument 0"):
+        autodiff(Reverse, _pair_product, Duplicated((a, b), (b, np.zeros(3))))
+    with pytest.raises(ValueError, match="shadow shares memory with the array of argument 1"):
+        autodiff(Reverse, params_energy, Duplicated(Params(a.copy(), 1.0, 2), Params(b, 0.0, 0)),
+                 Const(b))
+    np.testing.assert_array_equal(b, [1.0, 2.0, 3.0])

@@ -251,6 +251,10 @@ def test_shadows_that_mix_raise_inside_njit():
         _squares_gradient(out, d, x, d)
     with pytest.raises(ValueError, match="argument 1: the shadow shares memory with its array"):
         _squares_gradient(out, np.zeros(3), x, x)
+    # (a shadow that is another argument's array: its value read after derivatives went in)
+    with pytest.raises(ValueError, match="argument 0: its shadow shares memory with the array "
+                                         "of argument 1"):
+        _squares_gradient(out, x, x, np.zeros(3))
     assert not d.any() and (x == [0.3, 0.7, 1.1]).all()
     dz = np.zeros(3)
     _read_twice_gradient(x, dz, x, dz)
