@@ -25,6 +25,7 @@ Numba's implementation functions.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import itertools
 import linecache
 import threading
@@ -76,11 +77,27 @@ def _njit(g, what, rule):
     raise RuleError(f"{rule}: {what} must be an @njit function, got {type(g).__name__}")
 
 
+def _check_arity(g, what, rule, count, takes):
+    """``g`` (a rule's fwd, bwd or jvp) must accept ``count`` positional arguments."""
+    try:
+        signature = inspect.signature(g.py_func)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*range(count))
+    except TypeError:
+        raise RuleError(f"{rule}: {what}{signature} must take {takes}") from None
+
+
+def _rule_name(f) -> str:
+    return f"the rule of '{_function(f).__qualname__}'"
+
+
 def _spec(f) -> RuleSpec:
     fn = _function(f)
     spec = _rules.get(fn)
     if spec is None:
-        spec = _rules[fn] = RuleSpec(f"the rule of '{fn.__qualname__}'")
+        spec = _rules[fn] = RuleSpec(_rule_name(f))
     return spec
 
 
@@ -90,9 +107,15 @@ def defvjp(f, fwd, bwd):
     (a float for a float argument, an array shaped like an array argument,
     None for an argument carrying no derivative); ``g`` is the cotangent of
     ``out``. enzpy adds the cotangents into the adjoints and shadows."""
+    name = _rule_name(f)
+    fwd, bwd = _njit(fwd, "fwd", name), _njit(bwd, "bwd", name)
+    params = [p for p in inspect.signature(_function(f)).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    _check_arity(fwd, "fwd", name, len(params), f"the arguments of the function ({len(params)})")
+    _check_arity(bwd, "bwd", name, 2, "2 arguments: the residuals and the cotangent")
     with _lock:
         spec = _spec(f)
-        spec.fwd, spec.bwd = _njit(fwd, "fwd", spec.name), _njit(bwd, "bwd", spec.name)
+        spec.fwd, spec.bwd = fwd, bwd
         spec.inactive = False
         _changed()
     return f
@@ -102,9 +125,11 @@ def defjvp(f, jvp):
     """Forward-mode rule of ``f``: ``jvp(primals, tangents) -> (out,
     tangent_out)``, ``primals`` and ``tangents`` tuples with one entry per
     argument (the tangent of an integer argument is the argument itself)."""
+    jvp = _njit(jvp, "jvp", _rule_name(f))
+    _check_arity(jvp, "jvp", _rule_name(f), 2, "2 arguments: the primals and the tangents")
     with _lock:
         spec = _spec(f)
-        spec.jvp = _njit(jvp, "jvp", spec.name)
+        spec.jvp = jvp
         spec.inactive = False
         _changed()
     return f
@@ -936,6 +961,9 @@ def check_rule(f, *args, step=1e-6, seed=0) -> RuleCheck:
                 tangents = [unit if j == i else np.zeros(np.shape(v)) for j, v in enumerate(values)]
                 want[idx] = _inner(g, directional(tangents))
             got = cts[i] if cts[i] is not None else np.zeros_like(want)
+            if np.shape(got) != want.shape:
+                raise RuleError(f"{spec.name}: bwd's cotangent {i} has shape {np.shape(got)}; "
+                                f"argument {i} has shape {want.shape}")
             errors[f"vjp argument {i}"] = _relative(np.asarray(got, dtype=np.float64), want)
     if spec.jvp is not None:
         tangents = [_random_like(v, rng) if j in diff else v for j, v in enumerate(values)]
@@ -943,7 +971,11 @@ def check_rule(f, *args, step=1e-6, seed=0) -> RuleCheck:
         errors["jvp out"] = _relative(out_jvp, out)
         zeroed = [t if j in diff else np.zeros(np.shape(v)) for j, (v, t) in
                   enumerate(zip(values, tangents))]
-        errors["jvp"] = _relative(tout, directional(zeroed))
+        expected = directional(zeroed)
+        if isinstance(expected, np.ndarray) and np.shape(tout) != expected.shape:
+            raise RuleError(f"{spec.name}: jvp's tangent has shape {np.shape(tout)}; the "
+                            f"result has shape {np.shape(expected)}")
+        errors["jvp"] = _relative(tout, expected)
     return RuleCheck(max(errors.values()), errors)
 
 

@@ -704,3 +704,57 @@ def test_rule_on_a_view_of_a_const_argument(f, value):
         np.testing.assert_allclose(dw, fd, rtol=1e-6, atol=1e-8)
     finally:
         clear_rules(_scaled_norm)
+
+
+@njit
+def _squares_sum(x):
+    return (x ** 2).sum()
+
+
+def test_a_rule_taking_other_arguments_is_refused_when_registered():
+    """A fwd taking two arguments for a function of one failed inside the build
+    (an InternalError from Numba's dispatch)."""
+    @njit
+    def fwd_two(x, y):
+        return _squares_sum(x), x
+
+    @njit
+    def bwd_three(x, y, g):
+        return (2 * x * g,)
+
+    @njit
+    def bwd(x, g):
+        return (2 * x * g,)
+
+    @njit
+    def jvp_one(primals):
+        return _squares_sum(primals[0]), 0.0
+
+    with pytest.raises(RuleError, match=r"the rule of '_squares_sum': fwd\(x, y\) must take "
+                                        r"the arguments of the function \(1\)"):
+        defvjp(_squares_sum, fwd_two, bwd)
+    with pytest.raises(RuleError, match=r"bwd\(x, y, g\) must take 2 arguments"):
+        defvjp(_squares_sum, njit(lambda x: (_squares_sum(x), x)), bwd_three)
+    with pytest.raises(RuleError, match=r"jvp\(primals\) must take 2 arguments"):
+        defjvp(_squares_sum, jvp_one)
+    x, dx = np.array([0.5, 1.5]), np.zeros(2)
+    autodiff(Reverse, _squares_sum, Duplicated(x, dx))        # no rule was registered
+    np.testing.assert_allclose(dx, 2 * x)
+
+
+def test_check_rule_names_a_cotangent_of_the_wrong_shape():
+    @njit
+    def fwd(x):
+        return _squares_sum(x), x
+
+    @njit
+    def bwd_long(x, g):
+        return (np.ones(x.size + 1) * g,)
+
+    defvjp(_squares_sum, fwd, bwd_long)
+    try:
+        with pytest.raises(RuleError, match=r"bwd's cotangent 0 has shape \(5,\); argument 0 "
+                                            r"has shape \(4,\)"):
+            check_rule(_squares_sum, np.arange(1.0, 5.0))
+    finally:
+        clear_rules(_squares_sum)
