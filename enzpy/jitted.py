@@ -105,6 +105,18 @@ def _autodiff_jitted(mode, f, *args):
                            [isinstance(a, AnnotationType) for a in args])
 
 
+def forget_typed_calls():
+    """Numba keeps the implementation it typed for each call of ``autodiff``
+    with given argument types: a caller compiled after a rule changed must
+    get a derivative built with the new rule, not that one."""
+    from numba.core.typing.templates import builtin_registry
+    for fn, fnty in builtin_registry.globals:
+        for template in fnty.templates if fn is autodiff else ():
+            if getattr(template, "_overload_func", None) is _autodiff_jitted:
+                template._impl_cache.clear()
+                template._compiled_overloads.clear()
+
+
 def _check_signature(disp, signature, mode):
     """The checks ``autodiff`` makes in Python on values, made here on types."""
     for i, (kind, ty, shadow) in enumerate(signature):

@@ -28,6 +28,7 @@ import hashlib
 import inspect
 import itertools
 import linecache
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -183,6 +184,8 @@ def _changed():
     _trampolines.clear()
     pipeline.entries.clear()
     pipeline.fast_paths.clear()
+    if "enzpy.jitted" in sys.modules:
+        sys.modules["enzpy.jitted"].forget_typed_calls()
 
 
 # -- which calls have a rule -----------------------------------------------------------

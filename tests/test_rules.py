@@ -758,3 +758,49 @@ def test_check_rule_names_a_cotangent_of_the_wrong_shape():
             check_rule(_squares_sum, np.arange(1.0, 5.0))
     finally:
         clear_rules(_squares_sum)
+
+
+@njit
+def _cube(x):
+    return x * x * x
+
+
+@njit
+def _sin_plus_cube(x, c):
+    return math.sin(x * c) + _cube(x)
+
+
+def test_an_njit_caller_compiled_after_a_rule_changed_uses_the_new_rule():
+    """Numba kept the implementation it typed for autodiff's first @njit caller:
+    a caller compiled after the rule changed got the old rule."""
+    @njit
+    def fwd(x):
+        return _cube(x), x
+
+    @njit
+    def bwd_true(x, g):
+        return (3 * x * x * g,)
+
+    @njit
+    def bwd_tenfold(x, g):
+        return (30 * x * x * g,)
+
+    @njit
+    def first(x, c):
+        (dx, _), = autodiff(Reverse, _sin_plus_cube, Active(x), Const(c))
+        return dx
+
+    @njit
+    def second(x, c):
+        (dx, _), = autodiff(Reverse, _sin_plus_cube, Active(x), Const(c))
+        return dx
+
+    try:
+        defvjp(_cube, fwd, bwd_true)
+        assert first(0.3, 2.0) == pytest.approx(2 * math.cos(0.6) + 3 * 0.09, rel=1e-12)
+        defvjp(_cube, fwd, bwd_tenfold)
+        assert second(0.3, 2.0) == pytest.approx(2 * math.cos(0.6) + 30 * 0.09, rel=1e-12)
+        # (compiled before: keeps the rule it was built with, as documented)
+        assert first(0.3, 2.0) == pytest.approx(2 * math.cos(0.6) + 3 * 0.09, rel=1e-12)
+    finally:
+        clear_rules(_cube)
