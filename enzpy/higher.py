@@ -30,7 +30,11 @@ def _plain_consts(consts, disp):
                             f"got {type(c).__name__}")
     params = [p for p in inspect.signature(disp.py_func).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    omitted = [p.default for p in params[1 + len(consts):] if p.default is not p.empty]
+    missing = [p.name for p in params[1 + len(consts):] if p.default is p.empty]
+    if missing:
+        raise TypeError(f"'{disp.py_func.__qualname__}' is missing the argument(s) "
+                        f"{', '.join(missing)}: pass them after x")
+    omitted = [p.default for p in params[1 + len(consts):]]
     return tuple(c.val if type(c) in _ANNOTATIONS else c for c in consts) + tuple(omitted)
 
 

@@ -1081,3 +1081,17 @@ def test_defaulted_parameters_in_every_helper():
     np.testing.assert_allclose(dx, 9 * x ** 2 * v, rtol=1e-12)
     assert dc == pytest.approx((x ** 3 * v).sum(), rel=1e-12)
     np.testing.assert_allclose(enzpy.gradient(_cubes_scaled, x), 6 * x ** 2, rtol=1e-12)
+
+
+@njit
+def _weighted_cubes(x, w, c=2.0):
+    return (w * x ** 3).sum() * c
+
+
+def test_a_missing_argument_is_named():
+    x = np.array([0.3, 0.5])
+    for call in (lambda: hvp(_weighted_cubes, x, x), lambda: jacobian(_weighted_cubes, x),
+                 lambda: hessian(_weighted_cubes, x)):
+        with pytest.raises(TypeError, match="'_weighted_cubes' is missing the argument"
+                                            r"\(s\) w: pass them after x"):
+            call()
