@@ -912,9 +912,11 @@ def _lstsq_jvp(primals, tangents):
         y = np.linalg.solve(k, _as_column(b))
         dy = _solve_defined(k, _as_column(db) - (da @ a.T + a @ da.T) @ y)
         dx = da.T @ y + a.T @ dy
-    dres = residues * 0.0
+    dres = np.zeros_like(residues)
     if residues.size:
-        dres = -2.0 * np.sum(r * (da @ x2 - _as_column(db) + a @ dx), axis=0)
+        # (a float literal times a float32 array is float64 in Numba)
+        dres = (-2.0 * np.sum(r * (da @ x2 - _as_column(db) + a @ dx), axis=0)).astype(
+            residues.dtype)
     u, s2, vh = np.linalg.svd(a, False)
     ds = np.sum(u * (da @ vh.T), axis=0)
     return (x, residues, rank, s), (np.ascontiguousarray(dx).reshape(x.shape), dres, rank, ds)

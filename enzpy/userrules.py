@@ -620,10 +620,24 @@ def _forward_glue(glue):
     return compiled
 
 
+def _tangent_fits(tangent, out) -> bool:
+    """Arrays of the result's dtypes and dimensions (the glue passes the
+    tangent on as it is: a float64 array for a float32 result would be read
+    as float32s)."""
+    if isinstance(out, types.Array):
+        return isinstance(tangent, types.Array) and (tangent.dtype, tangent.ndim) == \
+            (out.dtype, out.ndim)
+    if isinstance(out, types.BaseTuple):
+        return isinstance(tangent, types.BaseTuple) and len(tangent) == len(out) and \
+            all(map(_tangent_fits, tangent, out))
+    return True                 # (scalars: their models differ)
+
+
 def _check_jvp_result(out, glue):
     if not (isinstance(out, types.BaseTuple) and len(out) == 2) \
             or types.unliteral(out[0]) != glue.restype \
-            or _model_type(out[1]) != _model_type(out[0]):
+            or _model_type(out[1]) != _model_type(out[0]) \
+            or not _tangent_fits(types.unliteral(out[1]), types.unliteral(out[0])):
         raise RuleError(f"{glue.spec.name}: jvp must return (out, tangent_out), out of the "
                         f"function's return type {glue.restype} and tangent_out like it; "
                         f"returns {out}")
