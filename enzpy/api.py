@@ -15,7 +15,7 @@ from numba.core.registry import cpu_target
 from . import arguments, diskcache, fastpath
 from .arguments import (aliasing_message, array_fields, arrays_in, check_shadow,
                         conflicting_shadows, overlaps_itself, rebuild_adjoint,
-                        restore_array_fields, share_memory, strided_like,
+                        positional_parameters, restore_array_fields, share_memory, strided_like,
                         unlike_shadows_message)
 from .cache import STATS
 from .pipeline import build, entries as _entries, fast_paths as _fast_paths
@@ -340,7 +340,7 @@ def _folded_call(disp, args):
     the function giving the result one entry per argument passed. None when
     nothing is folded (or when the arguments do not fit: ``_check_args`` says so)."""
     params = list(inspect.signature(disp.py_func).parameters.values())
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    positional = positional_parameters(disp.py_func)
     star = next((p for p in params if p.kind == p.VAR_POSITIONAL), None)
     n = len(positional)
     if star is None:

@@ -16,6 +16,7 @@ lost derivative.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -214,6 +215,12 @@ def restore_array_fields(fields):
                 or now.shape != array.shape:
             setattr(obj, name, array)
 
+
+
+def positional_parameters(fn) -> list:
+    """The parameters of ``fn`` a call can fill by position (not ``*args``)."""
+    return [p for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 _TooHardError = getattr(np, "exceptions", np).TooHardError
 

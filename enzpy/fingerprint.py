@@ -415,11 +415,11 @@ def uncovered_values(fp, lowered) -> dict:
         for name in sorted(names & set(fn.__globals__)):
             v = fn.__globals__[name]
             if not isinstance(v, pytypes.ModuleType):
-                values[f"{fn.__globals__.get('__name__')}:{name}"] = _value_digest(v)
+                values[f"{fn.__globals__.get('__name__')}:{name}"] = value_digest(v)
             elif getattr(v, "__file__", None) and \
                     not _real(v.__file__).startswith(_VERSIONED_DIRS):
                 for attr in sorted(a for a in names if hasattr(v, a)):
-                    values[f"{v.__name__}:{attr}"] = _value_digest(getattr(v, attr))
+                    values[f"{v.__name__}:{attr}"] = value_digest(getattr(v, attr))
     return values
 
 
@@ -430,7 +430,7 @@ def values_unchanged(values: dict) -> bool:
         if module is None or not hasattr(module, name):
             return False
         try:
-            if _value_digest(getattr(module, name)) != digest:
+            if value_digest(getattr(module, name)) != digest:
                 return False
         except NotCacheable:
             return False
@@ -445,7 +445,8 @@ def _names_used(code) -> set:
     return names
 
 
-def _value_digest(v) -> str:
+def value_digest(v) -> str:
+    """The fingerprint of one value alone (raises NotCacheable as ``Fingerprint.value``)."""
     fp = Fingerprint()
     fp.value(v)
     return fp.key

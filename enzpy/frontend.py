@@ -35,6 +35,7 @@ from numba.core import ir as numba_ir
 from . import backend
 from .analysis import ARRAY_ALLOCATORS
 from .errors import InternalError, UnsupportedError
+from .fingerprint import NotCacheable, value_digest
 
 _lock = threading.RLock()
 _raw_ir: dict = {}            # mangled symbol -> IR text of the module defining it
@@ -193,16 +194,10 @@ def _frozen_values(cres) -> dict:
 def _same_value(a, b) -> bool:
     if a is b:
         return True
-    from .fingerprint import Fingerprint, NotCacheable
-    digests = []
-    for v in (a, b):
-        fp = Fingerprint()
-        try:
-            fp.value(v)
-        except NotCacheable:
-            return False
-        digests.append(fp.key)
-    return digests[0] == digests[1]
+    try:
+        return value_digest(a) == value_digest(b)
+    except NotCacheable:
+        return False
 
 
 def _check_frozen_values(dispatcher, argtypes, cres):

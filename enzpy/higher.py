@@ -6,8 +6,6 @@ once per basis vector; ``jacobian`` runs forward mode once per basis vector.
 """
 from __future__ import annotations
 
-import inspect
-
 import numba
 import numba.extending
 import numpy as np
@@ -15,7 +13,7 @@ from numba import types
 
 from .api import (_ANNOTATIONS, Active, Annotation, Const, Duplicated, Forward, Reverse,
                   _check_aliases, _dispatcher, _is_float_scalar, _signature_key, autodiff)
-from .arguments import arrays_in
+from .arguments import arrays_in, positional_parameters
 from .cache import STATS
 from .errors import UnsupportedError
 from .pipeline import build, entries
@@ -28,8 +26,7 @@ def _plain_consts(consts, disp):
         if isinstance(c, Annotation) and type(c) is not Const:
             raise TypeError(f"argument {i + 1}: the arguments after x are constants; "
                             f"got {type(c).__name__}")
-    params = [p for p in inspect.signature(disp.py_func).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    params = positional_parameters(disp.py_func)
     missing = [p.name for p in params[1 + len(consts):] if p.default is p.empty]
     if missing:
         raise TypeError(f"'{disp.py_func.__qualname__}' is missing the argument(s) "

@@ -40,6 +40,7 @@ from numba.core.registry import cpu_target
 from numba.experimental import structref
 
 from . import custom, diskcache, fingerprint, frontend
+from .arguments import positional_parameters
 from .errors import RuleError, UnsupportedError
 from .ir import Function, fields_of, local, tangent_name
 from .irtext import type_text
@@ -110,8 +111,7 @@ def defvjp(f, fwd, bwd):
     ``out``. enzpy adds the cotangents into the adjoints and shadows."""
     name = _rule_name(f)
     fwd, bwd = _njit(fwd, "fwd", name), _njit(bwd, "bwd", name)
-    params = [p for p in inspect.signature(_function(f)).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    params = positional_parameters(_function(f))
     _check_arity(fwd, "fwd", name, len(params), f"the arguments of the function ({len(params)})")
     _check_arity(bwd, "bwd", name, 2, "2 arguments: the residuals and the cotangent")
     with _lock:
@@ -126,8 +126,9 @@ def defjvp(f, jvp):
     """Forward-mode rule of ``f``: ``jvp(primals, tangents) -> (out,
     tangent_out)``, ``primals`` and ``tangents`` tuples with one entry per
     argument (the tangent of an integer argument is the argument itself)."""
-    jvp = _njit(jvp, "jvp", _rule_name(f))
-    _check_arity(jvp, "jvp", _rule_name(f), 2, "2 arguments: the primals and the tangents")
+    name = _rule_name(f)
+    jvp = _njit(jvp, "jvp", name)
+    _check_arity(jvp, "jvp", name, 2, "2 arguments: the primals and the tangents")
     with _lock:
         spec = _spec(f)
         spec.jvp = jvp
