@@ -12,8 +12,11 @@ for _p in (_ROOT, _HERE):
 # (subprocesses the tests start inherit it): the suite exercises saving and
 # loading without reading or filling the user's cache.
 if "ENZPY_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
     os.environ["ENZPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="enzpy-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["ENZPY_CACHE_DIR"], ignore_errors=True)
 
 
 def _perturb_fresh_memory():
