@@ -13,9 +13,10 @@ import numpy as np
 from numba.core.registry import cpu_target
 
 from . import arguments, diskcache, fastpath
-from .arguments import (aliasing_message, array_fields, arrays_in, check_shadow,
-                        conflicting_shadows, overlaps_itself, rebuild_adjoint,
-                        positional_parameters, restore_array_fields, share_memory, strided_like,
+from .arguments import (aliasing_message, arrays_in, check_shadow, conflicting_objects,
+                        conflicting_shadows, object_address, objects_in, overlaps_itself,
+                        positional_parameters, rebuild_adjoint, reference_fields,
+                        restore_reference_fields, share_memory, strided_like,
                         unlike_shadows_message)
 from .cache import STATS
 from .pipeline import build, entries as _entries, fast_paths as _fast_paths
@@ -175,6 +176,7 @@ def _shadow_values(args, positions, written=()):
     pairs = _array_shadow_pairs(args, positions)
     _check_shadows_apart(pairs, written)
     _check_shadows_off_values(args, pairs)
+    _check_object_shadows(args, positions)
     for k, (dx, slot) in enumerate(copies or ()):
         stand_in = strided_like(args[positions[slot]].val)
         stand_in[...] = dx
@@ -219,6 +221,31 @@ def _check_shadows_off_values(args, pairs):
                 raise ValueError(f"argument {label}: its shadow shares memory with the array "
                                  f"of argument {j}; a shadow receives the derivatives, so it "
                                  f"needs memory of its own (np.zeros_like, enzpy.zeros_like)")
+
+
+def _check_object_shadows(args, positions):
+    """One jitclass object held twice (in a list, or as two arguments) has one
+    shadow object, and distinct objects distinct ones; no shadow object is also
+    a value."""
+    pairs = [(i if x is args[i].val else f"{i} (its object {k})", x, dx)
+             for i in positions if not isinstance(args[i].val, np.ndarray)
+             for k, (x, dx) in enumerate(zip(objects_in(args[i].val),
+                                             objects_in(args[i].dval)))]
+    if not pairs:
+        return
+    conflict = conflicting_objects(pairs)
+    if conflict is not None:
+        raise ValueError(f"arguments {conflict[0]} and {conflict[1]}: one object held twice "
+                         f"has two shadow objects, or two objects one shadow, so derivatives "
+                         f"would split or mix; give each object one shadow, held alike "
+                         f"(enzpy.zeros_like does)")
+    values = {object_address(o) for a in args
+              for o in objects_in(a.val if type(a) in _ANNOTATIONS else a)}
+    for label, _, dx in pairs:
+        if object_address(dx) in values:
+            raise ValueError(f"argument {label}: its shadow holds an object that is also an "
+                             f"argument's value; a shadow receives the derivatives, so it "
+                             f"needs objects of its own (enzpy.zeros_like)")
 
 
 def _is_float_scalar(x) -> bool:
@@ -302,14 +329,14 @@ def _differentiate(mode, f, disp, args):
     values = [a.val if type(a) in _ANNOTATIONS else a for a in args]
     _check_aliases(entry, values)
     shadows, copies = _shadow_values(args, entry.shadow_positions, entry.written_shadowed)
-    # A field the function reassigns (o.w = o.w * x) leaves the shadow object's field
-    # on the new array's shadow, spent by the reverse sweep; the derivative is in the
-    # shadow array the field held, which it gets back (objects in containers too).
+    # A field the function reassigns (o.w = o.w * x, o.inner = Lin(...)) leaves the
+    # shadow object's field on the new value's shadow, spent by the reverse sweep; the
+    # derivative is in the shadow the field held, which it gets back.
     held = [field for a in args
             if mode.reverse and type(a) is Duplicated and not isinstance(a.val, np.ndarray)
-            for field in array_fields(a.dval)]
+            for field in reference_fields(a.dval)]
     out = entry.call(*values, *shadows)
-    restore_array_fields(held)
+    restore_reference_fields(held)
     if copies:
         for dx, stand_in in copies:
             dx[...] = stand_in

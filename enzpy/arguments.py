@@ -16,12 +16,15 @@ lost derivative.
 """
 from __future__ import annotations
 
+import ctypes
 import inspect
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit, typed, types
 from numba.core import cgutils
+from numba.experimental import structref
+from numba.experimental.jitclass import _box
 from numba.experimental.jitclass.base import imp_dtor
 from numba.extending import intrinsic
 
@@ -151,8 +154,8 @@ def zeros_like(obj, _shadows=None):
     """A zero shadow for ``obj``: a float array (with ``obj``'s strides), a
     float, or a container (tuple, named tuple, list, jitclass object) of the
     same shape whose float leaves are zero; integers and other values that
-    carry no derivative are kept as they are. An array held twice gets one
-    shadow, held twice alike."""
+    carry no derivative are kept as they are. An array or object held twice
+    gets one shadow, held twice alike."""
     shadows = {} if _shadows is None else _shadows
     if isinstance(obj, np.ndarray):
         if id(obj) not in shadows:
@@ -167,10 +170,12 @@ def zeros_like(obj, _shadows=None):
         return [zeros_like(v, shadows) for v in obj]
     fields = _object_fields(obj)
     if fields is not None:
-        shadow = _blank_like(obj)
-        for name in fields:
-            setattr(shadow, name, zeros_like(getattr(obj, name), shadows))
-        return shadow
+        key = ("object", object_address(obj))     # (two Python boxes of one object: one key)
+        if key not in shadows:
+            shadows[key] = shadow = _blank_like(obj)
+            for name in fields:
+                setattr(shadow, name, zeros_like(getattr(obj, name), shadows))
+        return shadows[key]
     if isinstance(obj, (int, bool, np.integer, np.bool_, str, type(None))):
         return obj
     raise TypeError(f"zeros_like: no shadow for a {type(obj).__name__}")
@@ -192,28 +197,70 @@ def arrays_in(obj):
             yield from arrays_in(getattr(obj, name))
 
 
-def array_fields(obj) -> list:
-    """(object, name, array) of the array fields of the jitclass and structref
-    objects ``obj`` is or holds (as ``arrays_in`` walks it)."""
+def objects_in(obj, _path=()):
+    """The jitclass and structref objects ``obj`` is or holds (each before
+    those its fields hold; one held twice comes twice), walked as ``arrays_in``
+    walks arrays; a field holding an object that holds it is not followed."""
     if isinstance(obj, (tuple, list, typed.List)):
-        return [field for v in obj for field in array_fields(v)]
-    if isinstance(obj, (dict, typed.Dict)):
-        return [field for v in obj.values() for field in array_fields(v)]
+        for v in obj:
+            yield from objects_in(v, _path)
+    elif isinstance(obj, (dict, typed.Dict)):
+        for v in obj.values():
+            yield from objects_in(v, _path)
+    elif _object_fields(obj) is not None and object_address(obj) not in _path:
+        yield obj
+        for name in _object_fields(obj):
+            yield from objects_in(getattr(obj, name), _path + (object_address(obj),))
+
+
+def object_address(obj) -> int:
+    """Where a jitclass or structref object's data lives: its identity (each
+    time Numba hands an object to Python it makes a new box of it)."""
+    if isinstance(obj, _box.Box):
+        return ctypes.c_void_p.from_address(id(obj) + _box.box_dataptr_offset).value
+    return obj._meminfo.data
+
+
+def _same_memory(a, b) -> bool:
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and b.shape == a.shape and \
+            b.__array_interface__["data"][0] == a.__array_interface__["data"][0]
+    return object_address(a) == object_address(b)
+
+
+def reference_fields(obj) -> list:
+    """(object, name, value) of the fields holding arrays or objects, of the
+    jitclass and structref objects ``obj`` is or holds (as ``objects_in``
+    walks it)."""
     fields = []
-    for name in _object_fields(obj) or ():
-        value = getattr(obj, name)
-        fields += [(obj, name, value)] if isinstance(value, np.ndarray) else array_fields(value)
+    for holder in objects_in(obj):
+        for name in _object_fields(holder):
+            value = getattr(holder, name)
+            if isinstance(value, np.ndarray) or _object_fields(value) is not None:
+                fields.append((holder, name, value))
     return fields
 
 
-def restore_array_fields(fields):
-    """Point the fields (``array_fields`` before a call) that the call made
-    refer to other memory back to the arrays they held."""
-    for obj, name, array in fields:
-        now = getattr(obj, name)
-        if now.__array_interface__["data"][0] != array.__array_interface__["data"][0] \
-                or now.shape != array.shape:
-            setattr(obj, name, array)
+def restore_reference_fields(fields):
+    """Point the fields (``reference_fields`` before a call) that the call made
+    refer to another array or object back to the one they held."""
+    for obj, name, value in fields:
+        if not _same_memory(getattr(obj, name), value):
+            setattr(obj, name, value)
+
+
+def conflicting_objects(pairs):
+    """Labels (i, j) of two objects, among (label, object, shadow) ``pairs``,
+    that are one object with two shadows, or two objects with one shadow (so
+    derivatives would split or mix), or None."""
+    shadow_of, primal_of = {}, {}
+    for label, x, dx in pairs:
+        a, da = object_address(x), object_address(dx)
+        for table, key, value in ((shadow_of, a, da), (primal_of, da, a)):
+            seen = table.setdefault(key, (label, value))
+            if seen[1] != value:
+                return seen[0], label
+    return None
 
 
 
