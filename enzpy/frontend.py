@@ -24,6 +24,7 @@ import weakref
 from contextlib import contextmanager
 
 import numba
+import numpy as np
 from llvmlite import binding as llvm
 from numba.core import codegen, compiler, typed_passes, types
 from numba.core.compiler_lock import global_compiler_lock
@@ -149,23 +150,34 @@ def numba_timings():
                                - totals["optimize_codegen"])
 
 
+def _flags(dispatcher, compile_to_code: bool):
+    """Numba's compiler flags of ``dispatcher`` (its own options), without the
+    Python and C wrappers."""
+    flags = compiler.Flags()
+    dispatcher.targetdescr.options.parse_as_flags(flags, dispatcher.targetoptions)
+    flags = dispatcher._compiler._customize_flags(flags)
+    flags.no_cpython_wrapper = True
+    flags.no_cfunc_wrapper = True
+    flags.no_compile = not compile_to_code
+    return flags
+
+
+def _compile_py_func(dispatcher, argtypes, compile_to_code=False):
+    impl = dispatcher._compiler._get_implementation(tuple(argtypes), {})
+    with global_compiler_lock:
+        return compiler.compile_extra(dispatcher.typingctx, dispatcher.targetctx, impl,
+                                      tuple(argtypes), None,
+                                      _flags(dispatcher, compile_to_code), dispatcher.locals,
+                                      pipeline_class=dispatcher._compiler.pipeline_class)
+
+
 def _compile_again(dispatcher, argtypes, symbol):
     """Lower ``dispatcher.py_func`` once more, with the dispatcher's own
     options (``fastmath``, ``error_model``, ``parallel``, ...), to capture its
     raw IR (the helpers it calls were recorded when lowered: see
     ``_install_hooks``). Not to machine code (the dispatcher has that): only
     its environment (``NumbaEnv...``), which its IR refers to, is defined."""
-    flags = compiler.Flags()
-    dispatcher.targetdescr.options.parse_as_flags(flags, dispatcher.targetoptions)
-    flags = dispatcher._compiler._customize_flags(flags)
-    flags.no_cpython_wrapper = True
-    flags.no_cfunc_wrapper = True
-    flags.no_compile = True
-    impl = dispatcher._compiler._get_implementation(tuple(argtypes), {})
-    with global_compiler_lock:
-        cres = compiler.compile_extra(dispatcher.typingctx, dispatcher.targetctx, impl,
-                                      tuple(argtypes), None, flags, dispatcher.locals,
-                                      pipeline_class=dispatcher._compiler.pipeline_class)
+    cres = _compile_py_func(dispatcher, argtypes)
     _check_frozen_values(dispatcher, argtypes, cres)
     _define_environment(dispatcher.targetctx, cres)
     new = cres.fndesc.mangled_name
@@ -200,6 +212,33 @@ def _same_value(a, b) -> bool:
         return False
 
 
+def _holds_array(value) -> bool:
+    if isinstance(value, tuple):
+        return any(_holds_array(v) for v in value)
+    return isinstance(value, np.ndarray)
+
+
+_NUMBA_UID = re.compile(r"B\d+v\d+")       # (the unique-id tag in Numba's mangled names)
+
+
+def _optimized_body(cres) -> str:
+    """The optimized IR of the function ``cres`` compiled, its Numba names
+    made comparable across compilations."""
+    text = cres.library.get_llvm_str()
+    name = cres.fndesc.mangled_name
+    match = re.search(r'^define [^\n]*@"?' + re.escape(name) + r'"?\(.*?^}', text,
+                      flags=re.M | re.S)
+    body = match.group(0) if match else ""
+    return _NUMBA_UID.sub("Bv", body.replace(name, "@self"))
+
+
+def _froze_the_same_arrays(dispatcher, argtypes, compiled) -> bool:
+    """Whether compiling today gives the code Numba compiled then: it froze
+    the arrays' values, which may have changed in place since."""
+    return _optimized_body(compiled) == _optimized_body(
+        _compile_py_func(dispatcher, argtypes, compile_to_code=True))
+
+
 def _check_frozen_values(dispatcher, argtypes, cres):
     """Lowered again (compiled before enzpy was imported), the code reads
     today's globals; Numba runs the code it compiled with the values they had
@@ -208,15 +247,24 @@ def _check_frozen_values(dispatcher, argtypes, cres):
     if compiled is None:
         return
     now = _frozen_values(cres)
-    for (kind, name), then in _frozen_values(compiled).items():
-        if (kind, name) in now and not _same_value(then, now[kind, name]):
-            what = "global" if kind == "Global" else "closure variable"
-            raise UnsupportedError(
-                f"Numba compiled '{dispatcher.py_func.__qualname__}' before enzpy was "
-                f"imported, when its {what} '{name}' was {_short_repr(then)}; it is now "
-                f"{_short_repr(now[kind, name])}, and Numba still runs the code it compiled "
-                f"then: call {dispatcher.py_func.__name__}.recompile() to take the new value "
-                f"(or import enzpy before Numba compiles)")
+    then = _frozen_values(compiled)
+    for (kind, name), value in then.items():
+        if (kind, name) in now and not _same_value(value, now[kind, name]):
+            _refuse_frozen(dispatcher, kind, name,
+                           f"was {_short_repr(value)}; it is now {_short_repr(now[kind, name])}")
+    arrays = [(kind, name) for (kind, name), value in then.items() if _holds_array(value)]
+    if arrays and not _froze_the_same_arrays(dispatcher, argtypes, compiled):
+        _refuse_frozen(dispatcher, *arrays[0], "held other values than it holds now (an "
+                       "array changed in place)")
+
+
+def _refuse_frozen(dispatcher, kind, name, change):
+    what = "global" if kind == "Global" else "closure variable"
+    raise UnsupportedError(
+        f"Numba compiled '{dispatcher.py_func.__qualname__}' before enzpy was imported, when "
+        f"its {what} '{name}' {change}, and Numba still runs the code it compiled then: call "
+        f"{dispatcher.py_func.__name__}.recompile() to take the new value (or import enzpy "
+        f"before Numba compiles)")
 
 
 def _short_repr(v) -> str:

@@ -36,6 +36,7 @@ def test_late_import_gives_the_same_derivatives():
 
 
 FROZEN_MODULE = '''
+import numpy as np
 from numba import njit
 
 K = 1.0
@@ -51,6 +52,30 @@ def make(k):
 @njit
 def f(x):
     return K * x * x
+
+
+W = np.array([2.0, 1.0])
+TABLE = np.linspace(0.0, 1.0, 50)
+
+
+@njit
+def weighted(x):
+    return W[0] * x * x
+
+
+def make_array_closure(a):
+    @njit
+    def scaled(x):
+        return a[0] * x * x
+    return scaled
+
+
+@njit
+def looked_up(x):           # reads an array Numba cannot fold away, unchanged
+    s = 0.0
+    for t in TABLE:
+        s += t * x * x
+    return s
 '''
 
 FROZEN_RUN = '''
@@ -58,20 +83,29 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import frozen
 f, g = frozen.f, frozen.make(2.0)
-f(0.5), g(0.5)                      # compiled with K = 1, k = 2
+a = frozen.np.array([2.0])
+h = frozen.make_array_closure(a)
+for fn in (f, g, frozen.weighted, h, frozen.looked_up):
+    fn(0.5)                         # compiled with K = 1, k = 2, W[0] = 2, a[0] = 2
 frozen.K = 4.0
 g.py_func.__closure__[0].cell_contents = 5.0
+frozen.W[0] = 5.0                   # changed in place: Numba still runs W[0] = 2
+a[0] = 5.0
 import enzpy
 from enzpy import Active, Reverse, autodiff
 refusals = []
-for fn in (f, g):
+for fn in (f, g, frozen.weighted, h):
     try:
         autodiff(Reverse, fn, Active(0.7))
     except enzpy.UnsupportedError as error:
         refusals.append(str(error))
 f.recompile()                       # takes K = 4, as Numba documents
 (df,), = autodiff(Reverse, f, Active(0.7))
-print(json.dumps({"refusals": refusals, "after_recompile": [f(0.7), df]}))
+frozen.weighted.recompile()
+(dw,), = autodiff(Reverse, frozen.weighted, Active(0.7))
+(dl,), = autodiff(Reverse, frozen.looked_up, Active(0.7))
+print(json.dumps({"refusals": refusals, "after_recompile": [f(0.7), df, dw],
+                  "unchanged_array": dl}))
 '''
 
 
@@ -86,9 +120,16 @@ def test_values_changed_since_numba_compiled_before_import_are_refused(tmp_path)
                           capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    global_refusal, closure_refusal = out["refusals"]
+    global_refusal, closure_refusal, array_refusal, closure_array_refusal = out["refusals"]
     assert "global 'K' was 1.0; it is now 4.0" in global_refusal
     assert "f.recompile()" in global_refusal
     assert "closure variable 'k' was 2.0; it is now 5.0" in closure_refusal
-    value, slope = out["after_recompile"]
+    # an array changed in place: the object is the same, the code Numba froze is not
+    # (before, the derivative read W[0] = 5 while Numba runs W[0] = 2: 7.0 for 2.8)
+    assert "global 'W' held other values" in array_refusal
+    assert "weighted.recompile()" in array_refusal
+    assert "closure variable 'a' held other values" in closure_array_refusal
+    value, slope, weighted_slope = out["after_recompile"]
     assert abs(value - 4.0 * 0.49) < 1e-12 and abs(slope - 5.6) < 1e-12
+    assert abs(weighted_slope - 7.0) < 1e-12
+    assert abs(out["unchanged_array"] - 2 * 0.7 * np.linspace(0.0, 1.0, 50).sum()) < 1e-9
