@@ -308,10 +308,13 @@ class Activity:
 
     ``arg_activity`` holds one of 'active' (float scalar), 'dup' (pointer with a
     shadow) or 'const' per argument. ``callee_is_differentiable(name)`` says
-    whether a call target carries derivatives through its arguments.
+    whether a call target carries derivatives through its arguments;
+    ``selector_params(name)`` the pointer parameters a call target only reads
+    (``FunctionRule.selector_params``).
     """
 
-    def __init__(self, fn: Function, arg_activity, call_propagates):
+    def __init__(self, fn: Function, arg_activity, call_propagates,
+                 selector_params=lambda name: frozenset()):
         self.fn = fn
         self.shadowed = set()
         self.varied = set()
@@ -324,6 +327,7 @@ class Activity:
             elif act == "active":
                 self.varied.add(arg.name)
         self._call_propagates = call_propagates
+        self._selector_params = selector_params
         self._forward()
         self.useful = self._backward()
         self.active = self.varied & self.useful
@@ -405,7 +409,7 @@ class Activity:
             return False
         if ins.opcode == "load":
             return ins.operands[0].name in self.shadowed and \
-                self._memory_varies(ins.operands[0])
+                self.memory_varies(ins.operands[0])
         if ins.opcode == "call":
             # A float returned directly may also come from memory the call reads.
             return self._call_propagates(ins) and any(
@@ -422,7 +426,7 @@ class Activity:
     # (nothing reachable through them) whose every write is seen: stores, and
     # calls; a call writes a varying value only if another of its arguments
     # varies or has a shadow (memory enzpy does not differentiate holds none).
-    def _memory_varies(self, ptr) -> bool:
+    def memory_varies(self, ptr) -> bool:
         roots = self._pointer_roots(ptr)
         return not roots or any(self._slot_varies(root) for root in roots)
 
@@ -454,10 +458,14 @@ class Activity:
             return self.is_varied(ins.operands[0])
         if not ins.callee:
             return True
+        selectors = self._selector_params(ins.callee)
+        if selectors and all(k in selectors for k, a in enumerate(ins.args)
+                             if a.type == "ptr" and root in self._pointer_roots(a)):
+            return False        # (the call only reads the slot)
         # (another stack slot passed along, such as the tangent slot of the pair of
         # Gaussian draws in a tangent function, varies only if a write to it may)
         return any(root not in self._pointer_roots(a) and (
-            self.is_varied(a) or (self.is_shadowed(a) and self._memory_varies(a)))
+            self.is_varied(a) or (self.is_shadowed(a) and self.memory_varies(a)))
             if a.type == "ptr" else self.is_varied(a) for a in ins.args)
 
     @cached_property

@@ -202,6 +202,10 @@ class ModuleBuilder:
                          and self.readonly.is_readonly(fn, a)
                          and not any(name in stack for _, name in pointer_roots(fn, a)))
 
+    def selector_params(self, callee) -> frozenset:
+        rule = rule_for(callee, self.module)[0]
+        return rule.selector_params(callee) if rule is not None else frozenset()
+
     def call_propagates(self, ins) -> bool:
         """Whether a call's float result depends on its float arguments."""
         if rules.INACTIVE_CALLS.match(ins.callee):

@@ -43,6 +43,12 @@ class FunctionRule:
         """Functions the rule's IR calls, by name, as IR declarations."""
         return {}
 
+    def selector_params(self, name) -> frozenset:
+        """Indices of the pointer parameters of ``name`` whose memory the rule
+        only reads to select (a dictionary's key): a call passing memory that
+        holds no value depending on the inputs passes them as 'const'."""
+        return frozenset()
+
     def covers(self, name) -> bool:
         """Whether this rule covers ``name``, whatever its IR (its calls must
         stay calls)."""

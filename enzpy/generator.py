@@ -39,7 +39,8 @@ class DerivativeGenerator:
         self.describe = describe      # (function name, instruction) -> " in function 'f' ..."
         self.cfg = ControlFlow(self.fn, builder.module.functions,
                                getattr(deriv, "failures_propagate", False))
-        self.act = Activity(self.fn, deriv.activity, builder.call_propagates)
+        self.act = Activity(self.fn, deriv.activity, builder.call_propagates,
+                            builder.selector_params)
         self.calls = {}               # id(call instruction) -> callee derivative
         self._shadows_never_null = {}  # instruction name -> its shadow is never null
         self.never_null_refs = set()   # the reverse's values of such shadows
@@ -228,9 +229,11 @@ class DerivativeGenerator:
         return callee is None or not numba_convention(callee) or self.cfg.propagates_failure(ins)
 
     def _callee_activity(self, ins):
-        return tuple("dup" if self.act.is_shadowed(a) else
+        selectors = self.builder.selector_params(ins.callee)
+        return tuple("dup" if self.act.is_shadowed(a) and not (
+                         k in selectors and not self.act.memory_varies(a)) else
                      "active" if self.act.is_active(a) and is_float_type(a.type) else "const"
-                     for a in ins.args)
+                     for k, a in enumerate(ins.args))
 
     def _callee(self, ins):
         key = id(ins)

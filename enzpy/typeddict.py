@@ -138,35 +138,46 @@ def _dict_types(ty, found):
             _dict_types(parent, found)
 
 
-def value_kind(symbol: str) -> str:
-    """The kind of the values of the dictionary the function ``symbol`` works on:
-    its first argument holding one (Numba's implementations take the dictionary,
-    or an iterator over it, first)."""
+def dictionary_kinds(symbol: str) -> str:
+    """The kinds of the values and of the keys of the dictionary the function
+    ``symbol`` works on: its first argument holding one (Numba's implementations
+    take the dictionary, or an iterator over it, first)."""
     signature = signature_of(symbol)
     for ty in signature[0] if signature is not None else ():
         found = set()
         _dict_types(ty, found)
         if len(found) == 1:
-            return _kind_of(found.pop().value_type)
+            dict_type = found.pop()
+            return _kind_of(dict_type.value_type), _kind_of(dict_type.key_type)
         if found:
             break
-    return "unknown"
+    return "unknown", "unknown"
+
+
+_FLOAT_KEYS = ",float keys"
 
 
 def name_dict_calls(module):
-    """Give each insertion, lookup and pop its value kind: ``numba_dict_insert[double]``."""
+    """Give each insertion, lookup and pop its value kind (``numba_dict_insert[double]``),
+    and an insertion into a dictionary whose keys may hold floats its key kind
+    (``numba_dict_insert[double,float keys]``)."""
     for fn in module.functions.values():
-        kind = None
+        kinds = None
         for block in fn.blocks:
             for ins in block.instructions:
                 if ins.opcode == "call" and ins.callee in _TYPED:
-                    kind = kind or value_kind(fn.name)
-                    ins.callee = f"{ins.callee}{_KIND_SUFFIX}{kind}]"
+                    kinds = kinds or dictionary_kinds(fn.name)
+                    value, key = kinds
+                    float_keys = _FLOAT_KEYS if ins.callee == "numba_dict_insert" and \
+                        key not in ("int", "ptr") else ""
+                    ins.callee = f"{ins.callee}{_KIND_SUFFIX}{value}{float_keys}]"
 
 
 def _split(name):
+    """(C function, value kind, whether keys may hold floats) of a named call."""
     base, _, kind = name.partition(_KIND_SUFFIX)
-    return base, kind.rstrip("]") or None
+    kind = kind.rstrip("]")
+    return base, kind.removesuffix(_FLOAT_KEYS) or None, kind.endswith(_FLOAT_KEYS)
 
 
 def _element(kind):
@@ -218,7 +229,7 @@ class _Call:
     parameter name ("null" for a const one)."""
 
     def __init__(self, deriv, prefix):
-        self.base, self.kind = _split(deriv.fn.name)
+        self.base, self.kind, self.float_keys = _split(deriv.fn.name)
         self.ret, params = _PARAMS[self.base]
         self.dup = {n: act == "dup" for (_, n), act in zip(params, deriv.activity)}
         self.s = {n: (local(prefix + n) if self.dup[n] else "null") for _, n in params}
@@ -262,6 +273,11 @@ def _check_stored(call, what):
         raise _refuse(f"a value that may carry a derivative is inserted into a "
                       f"numba.typed.Dict enzpy keeps no {what} for (one passed in as an "
                       f"argument, or read from memory without a {what})")
+    if call.float_keys and call.dup["key"]:
+        # (a key read back, by iteration or popitem, would come without its derivative)
+        raise _refuse("a dictionary key that may carry a derivative (a float computed from "
+                      "the differentiated inputs) is inserted: keys carry no derivative; key "
+                      "the dictionary by something constant and keep the float in its value")
 
 
 # -- what both modes mirror alike ---------------------------------------------------------------
@@ -521,8 +537,14 @@ def _fwd_copying(call):
 
 
 class DictRule(FunctionRule):
+    def selector_params(self, name):
+        base, _, _ = _split(name)
+        if base in ("numba_dict_insert", "numba_dict_lookup"):
+            return frozenset({[n for _, n in _PARAMS[base][1]].index("key")})
+        return frozenset()
+
     def signature(self, name, module):
-        base, _ = _split(name)
+        base, _, _ = _split(name)
         if base not in _PARAMS or not _LAYOUT_KNOWN:
             return None
         ret, params = _PARAMS[base]

@@ -105,6 +105,18 @@ def float_and_tuple_keys(x):
 
 
 @njit
+def looked_up_by_a_varying_key(x):
+    d = {0.5: 2.0, 1.5: 3.0}
+    for i in range(x.size):
+        d[float(i)] = x[i] * x[i]            # constant float keys, varying values
+    k = 0.5 if x[0] * x[1] < 0.0 else 1.5
+    s = d[k] * x[2] + d[0.0] + d.get(x[3] - x[3] + 0.5, 0.0) * x[1]   # a varying key selects
+    for key in d.keys():
+        s += key * d[key]
+    return s
+
+
+@njit
 def float32_values(x):
     d = Dict.empty(key_type=types.int64, value_type=types.float32)
     for i in range(x.size):
@@ -217,6 +229,7 @@ PROGRAMS = [
     *[(f"branches_n{n}", branches, (n,)) for n in (0, 1, 2, 9)],
     ("string_keys", string_keys, ()),
     ("float_and_tuple_keys", float_and_tuple_keys, ()),
+    ("looked_up_by_a_varying_key", looked_up_by_a_varying_key, ()),
     ("complex_values", complex_values, ()),
     ("tuple_values", tuple_values, ()),
     ("array_values", array_values, ()),
@@ -299,6 +312,46 @@ def _energy(x):
 @njit
 def _returns_dictionary(x):
     return {0: x}
+
+
+@njit
+def varying_keys_read_by_items(x):
+    d = {}
+    for i in range(x.shape[0]):
+        d[x[i]] = 2.0 * x[i]
+    s = 0.0
+    for k, v in d.items():
+        s += k * v
+    return s
+
+
+@njit
+def varying_keys_read_by_keys(x):
+    d = {}
+    for i in range(x.shape[0]):
+        d[x[i] * x[i]] = i
+    s = 0.0
+    for k in d.keys():
+        s += k
+    return s
+
+
+@njit
+def varying_key_popped(x):
+    d = {x[0] * 3.0: 1}
+    k, v = d.popitem()
+    return k
+
+
+@pytest.mark.parametrize("f", [varying_keys_read_by_items, varying_keys_read_by_keys,
+                               varying_key_popped])
+@pytest.mark.parametrize("mode", [Reverse, Forward])
+def test_keys_carrying_a_derivative_are_refused(f, mode):
+    # keys have no shadow: read back, they came without their derivative (the gradient
+    # of sum(k * v) was half of it, that of sum(keys) zero)
+    with pytest.raises(UnsupportedError, match=r"numba.typed.Dict at test_typeddict.py:\d+: "
+                                               r"a dictionary key that may carry a derivative"):
+        autodiff(mode, f, Duplicated(X.copy(), np.zeros_like(X)))
 
 
 def test_refusals_name_the_dictionary():
