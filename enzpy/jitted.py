@@ -8,6 +8,9 @@ Python in it. Results have the shapes ``autodiff`` returns in Python.
 """
 from __future__ import annotations
 
+import inspect
+
+import numba
 import numpy as np
 from numba import njit, types
 from numba.core import cgutils
@@ -17,7 +20,7 @@ from numba.extending import (lower_builtin, make_attribute_wrapper, models,
 
 from . import pipeline
 from .api import Active, Const, Duplicated, Mode, autodiff
-from .arguments import aliasing_message, unlike_shadows_message
+from .arguments import aliasing_message, positional_parameters, unlike_shadows_message
 from .cache import STATS
 from .errors import UnsupportedError
 
@@ -91,6 +94,8 @@ def _autodiff_jitted(mode, f, *args):
     mode, disp = mode.mode, f.dispatcher
     signature = [(a.kind, a.value, a.shadow) if isinstance(a, AnnotationType) else
                  (Const, a, None) for a in args]
+    defaults = _omitted_defaults(disp, len(args))
+    signature += [(Const, numba.typeof(d), None) for d in defaults]
     _check_signature(disp, signature, mode)
     key = ("njit", disp, mode.reverse, tuple(map(tuple, signature)))
     entry = pipeline.entries.get(key)
@@ -102,7 +107,38 @@ def _autodiff_jitted(mode, f, *args):
     else:
         STATS.hits += 1
     return _implementation(entry, mode, signature,
-                           [isinstance(a, AnnotationType) for a in args])
+                           [isinstance(a, AnnotationType) for a in args], defaults)
+
+
+def _omitted_defaults(disp, given):
+    """The default values of the parameters a call passing ``given`` arguments
+    leaves out (numbers, booleans, None, strings and tuples of them: the
+    jitted call holds them as constants, as Numba holds defaults)."""
+    fn = disp.py_func
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        raise TypeError(f"autodiff inside @njit code: {fn.__qualname__} takes *args, which "
+                        f"only autodiff called from Python packs; give it named parameters")
+    positional = positional_parameters(fn)
+    if given > len(positional):
+        raise TypeError(f"{fn.__qualname__}: takes {len(positional)} positional arguments "
+                        f"but {given} were given")
+    omitted = positional[given:]
+    missing = [p.name for p in omitted if p.default is p.empty]
+    if missing:
+        raise TypeError(f"{fn.__qualname__}: missing the argument(s) {', '.join(missing)}")
+    for p in omitted:
+        if not _constant_default(p.default):
+            raise TypeError(f"autodiff inside @njit code: pass {fn.__qualname__}'s parameter "
+                            f"'{p.name}' explicitly (its default, a "
+                            f"{type(p.default).__name__}, is not a number or tuple of them)")
+    return [p.default for p in omitted]
+
+
+def _constant_default(value) -> bool:
+    if isinstance(value, tuple):
+        return all(_constant_default(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, complex, str, np.number))
 
 
 def forget_typed_calls():
@@ -213,10 +249,13 @@ def _arrays_in(ty, expr, position) -> list:
         f"check; pass the arrays as arguments of their own")
 
 
-def _implementation(entry, mode, signature, annotated):
-    """The jitted body: checks, the call, the results in autodiff's shapes."""
-    n = len(signature)
-    values = [f"args[{i}].val" if annotated[i] else f"args[{i}]" for i in range(n)]
+def _implementation(entry, mode, signature, annotated, defaults):
+    """The jitted body: checks, the call, the results in autodiff's shapes
+    (``defaults``: the values of the parameters the call leaves out, which
+    follow ``annotated``'s; no result entry for them)."""
+    n = len(annotated)
+    values = [f"args[{i}].val" if annotated[i] else f"args[{i}]" for i in range(n)] + \
+        [f"default{k}" for k in range(len(defaults))]
     lines = ["def impl(mode, f, *args):"]
     for i, (kind, ty, _) in enumerate(signature):
         if kind is Duplicated and isinstance(ty, types.Array):
@@ -267,6 +306,7 @@ def _implementation(entry, mode, signature, annotated):
         lines.append(f"    return ({tangent}, out[-2])" if mode.with_primal
                      else f"    return ({tangent},)")
     namespace = {"__name__": __name__, "call": entry.call, "may_share_memory": _may_share_memory,
-                 "overlaps_itself": _overlaps_itself, "shadows_mix": _shadows_mix}
+                 "overlaps_itself": _overlaps_itself, "shadows_mix": _shadows_mix,
+                 **{f"default{k}": d for k, d in enumerate(defaults)}}
     exec("\n".join(lines), namespace)
     return namespace["impl"]

@@ -351,3 +351,47 @@ def test_container_shadow_inside_njit_is_a_clear_type_error():
     autodiff(Reverse, _pair_product, Duplicated(t, dt))
     np.testing.assert_allclose(dt[0], 2.0)
     np.testing.assert_allclose(dt[1], 3.0)
+
+
+@njit
+def scaled_sine(x, k=2.0, power=1):
+    return k * math.sin(x) ** power
+
+
+@njit
+def product_of(x, *ys):
+    s = x
+    for y in ys:
+        s = s * y
+    return s
+
+
+def test_omitted_defaults_inside_njit():
+    # before: Numba's bare "Signature mismatch: 1 argument types given" from inside @njit
+    @njit
+    def derivatives(x):
+        (t,) = autodiff(Forward, scaled_sine, Duplicated(x, 1.0))
+        (d,), = autodiff(Reverse, scaled_sine, Active(x))
+        (d3, dk), = autodiff(Reverse, scaled_sine, Active(x), Active(3.0))
+        return t, d, d3, dk
+
+    t, d, d3, dk = derivatives(0.5)
+    assert t == pytest.approx(2.0 * math.cos(0.5)) and d == pytest.approx(2.0 * math.cos(0.5))
+    assert d3 == pytest.approx(3.0 * math.cos(0.5)) and dk == pytest.approx(math.sin(0.5))
+    assert (d,) == autodiff(Reverse, scaled_sine, Active(0.5))[0]
+
+
+def test_star_args_and_missing_arguments_inside_njit_are_named():
+    @njit
+    def star(x):
+        return autodiff(Reverse, product_of, Active(x), Active(2.0))
+
+    @njit
+    def missing(x):
+        return autodiff(Reverse, least_squares, Active(x))
+
+    with pytest.raises(Exception, match=r"product_of takes \*args, which only autodiff called "
+                                        r"from Python packs"):
+        star(1.5)
+    with pytest.raises(Exception, match="least_squares: missing the argument"):
+        missing(1.5)
