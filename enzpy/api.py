@@ -284,7 +284,10 @@ def _type_key(value):
     """What Numba's type of ``value`` depends on; much cheaper than ``typeof`` for arrays."""
     if type(value) is np.ndarray:
         return (value.dtype, value.ndim, value.flags.num & _TYPE_FLAGS)
-    return numba.typeof(value)
+    try:
+        return numba.typeof(value)
+    except ValueError:      # (no derivative has this key: the checks then say what is wrong)
+        return ("no Numba type", type(value))
 
 
 def autodiff(mode, f, *args):

@@ -63,6 +63,15 @@ def check_gradient(f, *args, step=1e-6, floor=1e-8) -> GradientCheck:
     ``|enzpy - fd| / max(|enzpy|, |fd|, floor)``.
     """
     annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
+    for i, a in enumerate(annotated):
+        float_array = isinstance(a.val, np.ndarray) and a.val.dtype.kind == "f" and \
+            isinstance(getattr(a, "dval", None), np.ndarray)
+        if (isinstance(a, Active) and not isinstance(a.val, (float, np.floating))) or \
+                (isinstance(a, Duplicated) and not float_array):
+            raise TypeError(f"check_gradient: argument {i} is {type(a).__name__}("
+                            f"{type(a.val).__name__}); it perturbs float scalars (Active) and "
+                            f"float arrays with an array shadow (Duplicated) only: compare "
+                            f"autodiff on containers with finite differences of your own")
     seeds = {i: a.dval.copy() for i, a in enumerate(annotated) if isinstance(a, Duplicated)}
     disp = _dispatcher(f)
 

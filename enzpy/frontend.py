@@ -429,6 +429,16 @@ class Lowered:
             self._typed = _compile_again(self.dispatcher, self.argtypes, self.symbol)[1]
         return self._typed
 
+    def set_lines(self) -> list:
+        """The source lines where the function makes a set (empty when Numba
+        kept no typed IR)."""
+        annotation = self.cres.type_annotation
+        typemap = getattr(annotation, "typemap", {})
+        return sorted({stmt.loc.line for block in getattr(annotation, "blocks", {}).values()
+                       for stmt in block.body if isinstance(stmt, numba_ir.Assign)
+                       and isinstance(typemap.get(stmt.target.name), types.Set)
+                       and not isinstance(stmt.value, numba_ir.Var) and stmt.loc is not None})
+
     def _assignment_line(self, variable):
         """The source line where Numba's typed IR assigns ``variable`` (None if unknown)."""
         for block in getattr(self.cres.type_annotation, "blocks", {}).values():

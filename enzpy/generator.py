@@ -68,7 +68,7 @@ class DerivativeGenerator:
                         self._copied_type(ins) is not None:
                     raise UnsupportedError(
                         f"data holding floats or pointers is freed before the reverse sweep "
-                        f"reads it (`{ins.text}`){self._where(ins)}")
+                        f"reads it (`{ins.text}`){self._where(ins)}{self._set_advice()}")
                 if ins.opcode == "call" and ins.callee in blas.PARAMS:
                     blas.check_call(ins, self._where(ins), self.fn.name)
                     out = blas.unshadowed_result(ins, self.act.is_shadowed)
@@ -150,6 +150,14 @@ class DerivativeGenerator:
             and not any(self.act.is_varied(a) for a in ins.args) \
             and all(pointee_kinds(self.fn, a) == {"int"} for a in ins.args
                     if self.act.is_shadowed(a))
+
+    def _set_advice(self) -> str:
+        low = self.builder.lowered.get(self.fn.name)
+        lines = low.set_lines() if low is not None else []
+        if not lines:
+            return ""
+        return (f"; this is the set made at line {lines[0]}: sets of floats are not "
+                f"differentiated (a set resizes its table by freeing it), use a list or an array")
 
     def _calls_autodiff(self) -> bool:
         """Whether this is enzpy's entry to a built derivative (``backend.numba_entry``),

@@ -210,8 +210,9 @@ class ShadowMemory:
                    f"memory that has no derivative at run time{self._where(ins)}: the "
                    f"array written is held in a Const container (numba.typed.Dict or "
                    f"numba.typed.List) or is a Const array inside a Duplicated one, and its "
-                   f"derivative would be lost; keep it in a container passed as "
-                   f"Duplicated with a zero shadow, or pass the array itself")
+                   f"derivative would be lost; pass the array itself as Duplicated, or "
+                   f"keep it in a tuple, list or jitclass object passed as Duplicated "
+                   f"(typed dictionaries and lists cannot be)")
         name, definition = static_exception(UnsupportedError, message)
         self.builder.declarations[name] = definition
         return f"@{name}"

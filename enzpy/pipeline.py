@@ -759,12 +759,21 @@ def typed_signature(annotated) -> list:
     or None) per argument; a float's tangent is passed at the float's type, an
     array's shadow at the array's."""
     signature = []
-    for a in annotated:
-        kind, ty = type(a).__name__, numba.typeof(a.val)
+    for i, a in enumerate(annotated):
+        kind, ty = type(a).__name__, _numba_type(a.val, f"argument {i}")
         shadow = None
         if kind == "Duplicated":
             # an array's shadow is passed laid out like it (see api._shadow_values)
             shadow = ty if isinstance(ty, types.Float) else \
-                ty.copy(readonly=False) if isinstance(ty, types.Array) else numba.typeof(a.dval)
+                ty.copy(readonly=False) if isinstance(ty, types.Array) else \
+                _numba_type(a.dval, f"argument {i}: the shadow", fits=ty)
         signature.append((kind, ty, shadow))
     return signature
+
+
+def _numba_type(value, what, fits=None):
+    try:
+        return numba.typeof(value)
+    except ValueError:
+        raise TypeError(f"{what} is a {type(value).__name__}, which Numba has no type for"
+                        + (f", so it does not fit {fits}" if fits is not None else "")) from None

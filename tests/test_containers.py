@@ -446,6 +446,9 @@ def test_shadow_object_must_fit():
         autodiff(Reverse, params_energy, Duplicated(p, Holder(np.ones(3), 0.0)), Const(X[:3]))
     with pytest.raises(ValueError, match="itself"):
         autodiff(Reverse, params_energy, Duplicated(p, p), Const(X[:3]))
+    with pytest.raises(TypeError, match="argument 0: the shadow is a dict, which Numba has no "
+                                        "type for, so it does not fit"):
+        autodiff(Reverse, params_energy, Duplicated(p, {"a": np.ones(3)}), Const(X[:3]))
     bad = zeros_like(p)
     bad.a = np.zeros(4)
     with pytest.raises(ValueError, match=r"argument 0\.a: the shadow's shape"):

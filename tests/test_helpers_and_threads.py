@@ -64,6 +64,17 @@ def test_check_gradient_finds_a_wrong_derivative():
     assert check.worst_relative_error > 0.5
 
 
+def test_check_gradient_names_what_it_cannot_perturb():
+    # before: "'list' object has no attribute 'shape'" and the like from inside the check
+    x = np.linspace(0, 1, 5)
+    for args in ((Duplicated([x], [np.zeros(5)]), Active(2.0)),
+                 (Duplicated(x, np.zeros(5)), Active((2.0, 1.0))),
+                 (Duplicated(x, 0.0), Active(2.0))):
+        with pytest.raises(TypeError, match=r"check_gradient: argument \d is .*; it perturbs "
+                                            r"float scalars \(Active\) and float arrays"):
+            enzpy.check_gradient(weighted_sines, *args)
+
+
 @njit
 def logsum(x, y):
     return math.log(x) * y + math.sqrt(x)

@@ -215,6 +215,17 @@ def unsup_generator_consumer(x):
     return s
 
 
+@njit
+def unsup_set_of_floats(x):
+    s = set()
+    for i in range(x.shape[0]):
+        s.add(x[i] * x[i])
+    t = 0.0
+    for v in s:
+        t += math.sin(v)
+    return t
+
+
 def _line_of(f, text):
     """The source line of ``f`` holding ``text``."""
     lines, first = __import__("inspect").getsourcelines(f.py_func)
@@ -267,6 +278,11 @@ CORPUS = [
      ["PyFloat_FromDouble", "near line", "turns the value into a Python object"]),
     ("print_of_active_value", unsup_print, lambda: [Active(1.5)], UnsupportedError,
      "unsup_print", ["Python object (print", "only values that do not depend"]),
+    # named only by Numba's free of its table before
+    ("set_of_floats", unsup_set_of_floats, lambda: [_dup(np.array([0.3, 0.5, 0.7]))],
+     UnsupportedError, "unsup_set_of_floats",
+     [f"this is the set made at line {_line_of(unsup_set_of_floats, 'set()')}",
+      "use a list or an array"]),
     ("generator_consumer", unsup_generator_consumer, lambda: [Active(1.5)], UnsupportedError,
      "unsup_generator_consumer", ["uses a generator", "at test_unsupported.py:"]),
 ]
