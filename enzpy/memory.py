@@ -66,6 +66,10 @@ def explain(callee: str) -> str:
     if callee.startswith("numba_list_"):
         return ("; this is numba.typed.List, whose C implementation enzpy cannot differentiate "
                 "yet: use a list ([...]), a tuple, an array or a jitclass object")
+    if callee.startswith(("numba_x", "numba_ez_")):
+        return ("; this is LAPACK or BLAS, differentiated only through enzpy's rules for "
+                "np.linalg and products, which cover real (float32, float64) matrices: "
+                "complex ones are not differentiated")
     if callee.startswith("numba_dict_"):
         return "; this is numba.typed.Dict, whose operation enzpy does not mirror"
     if callee.startswith("enzpy.dict."):

@@ -206,10 +206,18 @@ def rule_of(symbol):
         spec = _rules.get(fn) or _builtin.get(key)
         if spec is None and key in _builtin_variants:
             spec = _builtin.get((key[0], key[1] + _builtin_variants[key](fn)))
+        if spec is not None and spec.builtin and any(map(_complex_array, argtypes)):
+            spec = None     # (enzpy's rules are real: LAPACK's complex calls are refused)
         if spec is not None:
             found = (spec, disp, argtypes)
     _spec_of[symbol] = found
     return found
+
+
+def _complex_array(ty) -> bool:
+    if isinstance(ty, types.BaseTuple):
+        return any(map(_complex_array, ty))
+    return isinstance(ty, types.Array) and isinstance(ty.dtype, types.Complex)
 
 
 def registered() -> dict:

@@ -226,6 +226,13 @@ def unsup_set_of_floats(x):
     return t
 
 
+@njit
+def unsup_complex_inverse(a):
+    m = np.array([[a + 1j, 0.5 + 0j], [0.3 + 0j, 2.0 - 0.5j]])
+    g = np.linalg.inv(m)
+    return g[0, 0].real + 2.0 * g[0, 0].imag
+
+
 def _line_of(f, text):
     """The source line of ``f`` holding ``text``."""
     lines, first = __import__("inspect").getsourcelines(f.py_func)
@@ -283,6 +290,11 @@ CORPUS = [
      UnsupportedError, "unsup_set_of_floats",
      [f"this is the set made at line {_line_of(unsup_set_of_floats, 'set()')}",
       "use a list or an array"]),
+    # forward mode went through the real rule: a wrong tangent; reverse an internal error
+    ("complex_inverse", unsup_complex_inverse, lambda: [Active(0.7)], UnsupportedError,
+     "unsup_complex_inverse", [f"np.linalg.inv at test_unsupported.py:"
+                               f"{_line_of(unsup_complex_inverse, 'inv(m)')}",
+                               "complex ones are not differentiated"]),
     ("generator_consumer", unsup_generator_consumer, lambda: [Active(1.5)], UnsupportedError,
      "unsup_generator_consumer", ["uses a generator", "at test_unsupported.py:"]),
 ]
