@@ -668,6 +668,20 @@ def _arg_fields(fn, argtypes):
     return fields
 
 
+def _shadow_array_fields(fields, activity, has, shadow_of) -> list:
+    """The typed arguments passing the shadow of the array whose parameters are
+    ``fields``: its meminfo and data are the shadow's (``shadow_of(name)``),
+    when ``has``; a meminfo without a shadow (a view made in a parallel loop's
+    body) is null: the glue only borrows the shadow."""
+    def field(k, a):
+        if not has or k not in (0, 4):
+            return a.ref
+        if k == 0 and activity[a.name] == "const":
+            return "null"
+        return local(shadow_of(a.name))
+    return [f"{a.type} {field(k, a)}" for k, a in enumerate(fields)]
+
+
 def _leaves(ty, path=()):
     """(path, Numba type) of the floats and arrays in a rule's result type."""
     if isinstance(ty, types.BaseTuple):
@@ -818,8 +832,7 @@ class UserRule(custom.FunctionRule):
             if kind != "array":
                 continue
             has = activity[fields[i][4].name] == "dup"
-            args += [f"{a.type} {local('~s.' + a.name) if has and k in (0, 4) else a.ref}"
-                     for k, a in enumerate(fields[i])]
+            args += _shadow_array_fields(fields[i], activity, has, lambda n: "~s." + n)
             flags.append(t.shadow_flag(has, local("~s." + fields[i][4].name)))
         t("%status = " + _call_glue(builder, glue, "rev", ["ptr %ret", "ptr %exc"] + args + flags))
         t("%e = load ptr, ptr %exc")
@@ -875,8 +888,7 @@ class UserRule(custom.FunctionRule):
         for i, kind in enumerate(glue.kinds):
             has = any(activity[a.name] != "const" for a in fields[i])
             if kind == "array":
-                args += [f"{a.type} {local(tangent_name(a.name)) if has and k in (0, 4) else a.ref}"
-                         for k, a in enumerate(fields[i])]
+                args += _shadow_array_fields(fields[i], activity, has, tangent_name)
                 flags.append(t.shadow_flag(has, local(tangent_name(fields[i][4].name))))
             elif kind == "float":
                 a = fields[i][0]

@@ -67,7 +67,37 @@ def nested(a):
     return total
 
 
+# linear algebra of views of an argument in the loop's body: the views' meminfo has no
+# shadow there, and the rules' glue referred to one (an IR parsing error)
+def batch_solve(As, b):
+    acc = 0.0
+    for i in prange(As.shape[0]):
+        acc += np.linalg.solve(As[i], b)[0]
+    return acc
+
+
+def batch_det(As):
+    acc = 0.0
+    for i in prange(As.shape[0]):
+        acc += np.linalg.det(As[i])
+    return acc
+
+
+def batch_norm(X):
+    acc = 0.0
+    for i in prange(X.shape[0]):
+        acc += np.linalg.norm(X[i]) ** 2 * (i + 1)
+    return acc
+
+
+def _well_conditioned(rng, n, k):
+    return rng.uniform(-1, 1, (n, k, k)) + 3 * np.eye(k)
+
+
 PROGRAMS = [
+    (batch_solve, lambda rng: [_well_conditioned(rng, 5, 3), rng.uniform(-1, 1, 3)], (0, 1)),
+    (batch_det, lambda rng: [_well_conditioned(rng, 4, 3)], (0,)),
+    (batch_norm, lambda rng: [rng.uniform(-1, 1, (6, 4))], (0,)),
     (scaled_sines, lambda rng: [rng.uniform(-2, 2, 37), 1.7], (0, 1)),
     (weighted_reduction, lambda rng: [rng.uniform(-2, 2, 41), rng.uniform(-1, 1, 5)], (0, 1)),
     (stencil, lambda rng: [rng.uniform(-2, 2, 33)], (0,)),
