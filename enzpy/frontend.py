@@ -283,7 +283,7 @@ _FLOAT_NAMES = {64: "double", 32: "float"}
 
 def data_pointer_types(ctx, argtypes, restype) -> dict:
     """LLVM parameter index -> what the memory it points to holds: a float
-    type for float arrays' data and lists of floats, ``'int'`` for integer and
+    type for float arrays' data (complex arrays': their parts') and lists of floats, ``'int'`` for integer and
     boolean arrays' data, lists of them and strings' characters; index 0 (the
     return pointer) when the result holds arrays of one float type, or only
     integer and boolean arrays."""
@@ -298,6 +298,9 @@ def data_pointer_types(ctx, argtypes, restype) -> dict:
     for ty in argtypes:
         if isinstance(ty, types.Array) and isinstance(ty.dtype, types.Float):
             table[index + 4] = _FLOAT_NAMES[ty.dtype.bitwidth]
+        elif isinstance(ty, types.Array) and isinstance(ty.dtype, types.Complex):
+            # (the real and imaginary parts, one after the other)
+            table[index + 4] = _FLOAT_NAMES[ty.dtype.bitwidth // 2]
         elif isinstance(ty, types.Array) and isinstance(ty.dtype, (types.Integer,
                                                                    types.Boolean)):
             table[index + 4] = "int"
