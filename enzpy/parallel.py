@@ -107,7 +107,13 @@ entry:
   store i64 %n, ptr %table.dims
   %table.steps = alloca i64
   store i64 {_TAPE_BYTES}, ptr %table.steps
+  ; (the GIL released as Numba's launcher does around the forward sweep's loop: a body
+  ; calling into Python, as BLAS does the first time it is used, would wait for it)
+  %gil = call i32 @PyGILState_Ensure()
+  %thread = call ptr @PyEval_SaveThread()
   call void @{PARALLEL_FOR}(ptr @"{wrap_rev}", ptr %table, ptr %table.dims, ptr %table.steps, ptr %ctx, i64 0, i64 1, i64 %threads)
+  call void @PyEval_RestoreThread(ptr %thread)
+  call void @PyGILState_Release(i32 %gil)
 {counted_loop("free", "%n", _DISCARD_ENTRY, "exit")}exit:
   call void @free(ptr %tapes)
   ret void
@@ -131,7 +137,11 @@ entry:
 
     def declarations(self):
         return {PARALLEL_FOR: f"declare void @{PARALLEL_FOR}(ptr, ptr, ptr, ptr, ptr, i64, "
-                              f"i64, i64)"}
+                              f"i64, i64)",
+                "PyGILState_Ensure": "declare i32 @PyGILState_Ensure()",
+                "PyEval_SaveThread": "declare ptr @PyEval_SaveThread()",
+                "PyEval_RestoreThread": "declare void @PyEval_RestoreThread(ptr)",
+                "PyGILState_Release": "declare void @PyGILState_Release(i32)"}
 
 
 def _context(shadow_args, tapes):

@@ -201,3 +201,42 @@ def test_a_refusal_inside_a_parallel_loop_names_the_loop():
     assert "frexp_in_parallel" in msg and "numba_frexp" in msg, msg
     assert "in the body of a parallel loop (prange)" in msg, msg
     assert "__numba_parfor_gufunc" not in msg, msg
+
+
+FIRST_PRODUCT_IN_THE_REVERSE_SWEEP = '''
+import numpy as np
+from numba import njit, prange
+from enzpy import Duplicated, Reverse, autodiff
+
+@njit(parallel=True)
+def batch_solve(As, b):
+    acc = 0.0
+    for i in prange(As.shape[0]):
+        x = np.linalg.solve(As[i], b)
+        acc += x[0] * x[0]
+    return acc
+
+As = np.random.default_rng(0).uniform(-1, 1, (4, 2, 2)) + 3 * np.eye(2)
+b = np.ones(2)
+dAs = np.zeros_like(As)
+autodiff(Reverse, batch_solve, Duplicated(As, dAs), Duplicated(b, np.zeros(2)))
+h = 1e-6
+up, down = As.copy(), As.copy()
+up[1, 0, 1] += h
+down[1, 0, 1] -= h
+print(abs(dAs[1, 0, 1] - (batch_solve(up, b) - batch_solve(down, b)) / (2 * h)))
+'''
+
+
+def test_reverse_loop_calling_into_python_for_the_first_time_does_not_deadlock(tmp_path):
+    # The reverse of solve multiplies matrices: the process's first product makes Numba
+    # look BLAS up through Python in a worker thread, which waited forever for the GIL
+    # the calling thread held (Numba's launcher releases it around the forward loop)
+    import subprocess
+    import sys
+    script = tmp_path / "first_product.py"
+    script.write_text(FIRST_PRODUCT_IN_THE_REVERSE_SWEEP)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert float(done.stdout.split()[-1]) < 1e-6
