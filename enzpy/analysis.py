@@ -750,7 +750,8 @@ class ReadOnlyMemory:
                         self.unknown_write = True
                         continue
                     if callee in self.module.functions:
-                        for j in self.written[callee]:
+                        # (a copy: a recursive call's set grows while this is read)
+                        for j in list(self.written[callee]):
                             if j[0] == "arg" and j[1] < len(ins.args):
                                 yield ins.args[j[1]]
                         continue

@@ -291,8 +291,6 @@ class Build:
         if self.mode == "reverse":
             self.builder, self.entry_name, self.text = self._reverse_module(
                 self.primal, low.symbol, activity, layouts, restype)
-            self.alias_checks, self.written_shadowed = _alias_checks(
-                self.ctx, self.builder.readonly, low.symbol, self.signature)
         else:
             with self.stage("forward"):
                 self.builder = ModuleBuilder(self.primal.model, self.primal.lowered,
@@ -303,6 +301,7 @@ class Build:
                 self.text = self.builder.module_text(forward_entry_function(
                     self.entry_name, root, _return_slot_type(self.ctx, restype),
                     self.returns_derivative, *self._tangent_params(layouts)))
+        with self.stage("alias_checks"):
             self.alias_checks, self.written_shadowed = _alias_checks(
                 self.ctx, self.builder.readonly, low.symbol, self.signature)
         self.dump("derivative", self.text)
@@ -606,8 +605,9 @@ class Build:
         self.report.derivative_functions = len(self.builder.derivatives) + len(
             tangents.derivatives)
         self.report.module_bytes = len(self.text)
-        self.alias_checks, self.written_shadowed = _alias_checks(
-            self.ctx, self.builder.readonly, name, self.signature)
+        with self.stage("alias_checks"):
+            self.alias_checks, self.written_shadowed = _alias_checks(
+                self.ctx, self.builder.readonly, name, self.signature)
 
     def _wrap_hvp(self) -> Entry:
         tx = self.argtypes[0]

@@ -421,3 +421,55 @@ def test_recursion_over_complex_arrays(n):
     (t,) = enzpy.autodiff(enzpy.Forward, weighted_power_spectrum, Duplicated(x.copy(), v),
                           Const(w))
     assert t == pytest.approx(dx @ v, rel=1e-9, abs=1e-12)
+
+
+# -- results written into buffers passed down the recursion (DynamicExpressions' pool) --
+@njit
+def evaluate_into(node, depth, kind, left, right, consts, X, pool, out):
+    n = X.shape[1]
+    if kind[node] == 0:
+        for i in range(n):
+            out[i] = consts[node]
+    elif kind[node] == 1:
+        for i in range(n):
+            out[i] = X[0, i]
+    else:
+        evaluate_into(left[node], depth + 1, kind, left, right, consts, X, pool, out)
+        tmp = pool[depth]
+        evaluate_into(right[node], depth + 1, kind, left, right, consts, X, pool, tmp)
+        for i in range(n):
+            out[i] = out[i] * tmp[i] if kind[node] == 2 else math.sin(out[i]) + tmp[i]
+
+
+@njit
+def pooled_loss(kind, left, right, consts, X):
+    pool = np.empty((kind.shape[0] + 1, X.shape[1]))
+    out = np.empty(X.shape[1])
+    evaluate_into(0, 0, kind, left, right, consts, X, pool, out)
+    return (out * out).sum()
+
+
+POOLED_TREES = {   # (kind, left, right): depth 0, 1 and 3
+    0: ([0], [-1], [-1]),
+    1: ([2, 0, 1], [1, -1, -1], [2, -1, -1]),
+    3: ([3, 2, 0, 1, 3, 0, 2, 0, 1], [1, 2, -1, -1, 5, -1, 7, -1, -1],
+        [4, 3, -1, -1, 6, -1, 8, -1, -1]),
+}
+
+
+@pytest.mark.parametrize("depth", sorted(POOLED_TREES))
+def test_recursion_writing_into_a_pool_passed_down(depth):
+    # before: "Set changed size during iteration" (what a self-recursive function writes
+    # was read while it grew)
+    kind, left, right = (np.array(a) for a in POOLED_TREES[depth])
+    rng = np.random.default_rng(depth)
+    consts, X = rng.uniform(-1, 1, kind.size), rng.uniform(-1, 1, (1, 5))
+    args = [kind, left, right, consts, X]
+    dc = np.zeros_like(consts)
+    autodiff(Reverse, pooled_loss, Const(kind), Const(left), Const(right),
+             Duplicated(consts.copy(), dc), Const(X))
+    np.testing.assert_allclose(dc, array_fd(pooled_loss, args, 3), rtol=1e-6, atol=1e-9)
+    v = rng.standard_normal(kind.size)
+    (t,) = enzpy.autodiff(enzpy.Forward, pooled_loss, Const(kind), Const(left), Const(right),
+                          Duplicated(consts.copy(), v), Const(X))
+    assert t == pytest.approx(dc @ v, rel=1e-9, abs=1e-12)
