@@ -248,7 +248,7 @@ class Fingerprint:
     def jitclass(self, class_type):
         if not self._once(class_type):
             return
-        self.add(sorted((k, str(v)) for k, v in class_type.struct.items()))
+        self.add(sorted((k, _field_type_text(v)) for k, v in class_type.struct.items()))
         for name, method in sorted(class_type.jit_methods.items()):
             self.add("method", name)
             self.value(method)
@@ -300,7 +300,12 @@ def environment() -> tuple:
 # What differs between processes in Numba's IR of the same code: the counters
 # in its mangled names ("B2v13") and the addresses of its dynamic globals.
 _PROCESS_BOUND = re.compile(r"B\d+v\d+|numba\.dynamic\.globals\.[0-9a-f]+|"
-                            r"inttoptr \(i64 \d+ to ptr\)")
+                            r"inttoptr \(i64 \d+ to ptr\)|"
+                            # (an exception's pickled message, named by its SHA-1, may
+                            # name a deferred type by its id: the message itself is kept)
+                            r"(?<=\.const\.pickledata\.)[0-9a-f]{40}|"
+                            r"(?<=\.const\.picklebuf\.)[0-9a-f]{40}|"
+                            r"(?<=\.sha1 = internal constant )\[20 x i8\] c\"[^\"]*\"")
 
 
 # Names that differ between processes without a difference in the code (array
@@ -311,9 +316,24 @@ _PROCESS_BOUND = re.compile(r"B\d+v\d+|numba\.dynamic\.globals\.[0-9a-f]+|"
 # tags (``B42c8t...``, its compile flags), which differ between a function it
 # compiled in this process and one it loaded from its cache, which enzpy lowers
 # again with other flags (the code's own flags show in its instructions).
+def _field_type_text(ty) -> str:
+    """A jitclass field's type, without the per-process ids of deferred types
+    (a linked node's ``optional(deferred_type())``), which are named by the
+    type they were defined as."""
+    deferred = ty.type if isinstance(ty, types.Optional) else ty
+    text = _ADDRESS.sub("", str(ty))
+    if isinstance(deferred, types.DeferredType):
+        try:
+            text += " = " + _ADDRESS.sub("", str(deferred.get()))
+        except Exception:            # (not defined yet: Numba says so when typing)
+            pass
+    return text
+
+
 _PROCESS_NAMED = re.compile(r"(__numba_array_expr_)0x[0-9a-f]+|(@\.bytes\.)-?\d+|"
                             r"(_listcomp__v)\d+__|(__numba_parfor_gufunc_)0x[0-9a-f]+|"
-                            r"(_20at_200x)[0-9a-f]+|(_23|#)[0-9a-f]{8,}(?=_3c|<)")
+                            r"(_20at_200x)[0-9a-f]+|(_23|#)[0-9a-f]{8,}(?=_3c|<)|"
+                            r"(DeferredType(?:_23|#)|%deferred\.)\d+")
 _BYTE_STRING_LENGTH = re.compile(r"\[\d+ x i8\] c\"")
 _ABI_TAG = re.compile(r"B(\d+)(?=c8t)")
 

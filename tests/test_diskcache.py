@@ -796,7 +796,7 @@ import compiled_first as m
 
 x = np.linspace(0.1, 1.0, 4)
 functions = (m.ufunc_call, m.array_expression, m.listed, m.parallel_cubes, m.scaled_median,
-             m.soft_plus)
+             m.linked, m.soft_plus)
 for f in functions:
     f(x)                          # compiled by Numba before enzpy sees it
 import enzpy
@@ -813,8 +813,9 @@ print(json.dumps([(report.cache, sorted(report.timings), d) for report, d in run
 '''
 
 COMPILED_FIRST = '''
+import math
 import numpy as np
-from numba import float64, njit, prange
+from numba import deferred_type, float64, njit, optional, prange
 from numba.experimental import jitclass
 
 
@@ -865,6 +866,33 @@ class Scaler:
 @njit
 def scaled_median(x):
     return Scaler(2.0).energy(x) + np.percentile(x, 50.0)
+
+
+node_type = deferred_type()
+
+
+@jitclass([("weight", float64), ("child", optional(node_type))])
+class Node:
+    def __init__(self, weight):
+        self.weight = weight
+        self.child = None
+
+
+node_type.define(Node.class_type.instance_type)
+
+
+@njit
+def chain_value(node, v):
+    if node.child is None:
+        return node.weight * v
+    return node.weight * math.sin(chain_value(node.child, v))
+
+
+@njit
+def linked(x):
+    root = Node(1.5)
+    root.child = Node(0.5)
+    return sum([chain_value(root, x[i]) for i in range(x.shape[0])])
 '''
 
 
@@ -886,9 +914,9 @@ def test_code_numba_compiled_before_the_call_is_loaded_by_a_later_process(tmp_pa
                               env=dict(os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache")))
         assert done.returncode == 0, done.stderr[-3000:]
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert [cache for cache, _, _ in runs[0]] == ["stored"] * 6
+    assert [cache for cache, _, _ in runs[0]] == ["stored"] * 7
     for run in runs[1:]:
-        assert [cache for cache, _, _ in run] == ["loaded"] * 6
+        assert [cache for cache, _, _ in run] == ["loaded"] * 7
         # known by the digest of the code Numba compiled: no lowering, no Numba
         assert all(stages == ["cache_lookup", "wrap"] for _, stages, _ in run), run
     x = np.linspace(0.1, 1.0, 4)
@@ -896,7 +924,8 @@ def test_code_numba_compiled_before_the_call_is_loaded_by_a_later_process(tmp_pa
     first[0] += x.sum()
     for run in runs:
         (_, _, ufunc), (_, _, expression), (_, _, listed), (_, _, cubes), (_, _, scaled), \
-            (_, _, hv) = run
+            (_, _, chained), (_, _, hv) = run
+        np.testing.assert_allclose(chained, 1.5 * np.cos(0.5 * x) * 0.5, rtol=1e-12)
         np.testing.assert_allclose(cubes, 3 * x ** 2, rtol=1e-12)
         np.testing.assert_allclose(scaled, 4 * x + [0, 0.5, 0.5, 0], rtol=1e-12)
         np.testing.assert_allclose(ufunc, np.cos(x), rtol=1e-12)
@@ -904,7 +933,7 @@ def test_code_numba_compiled_before_the_call_is_loaded_by_a_later_process(tmp_pa
         np.testing.assert_allclose(listed, 2 * x, rtol=1e-12)
         sigmoid = 1 / (1 + np.exp(-x))
         np.testing.assert_allclose(hv, sigmoid * (1 - sigmoid), rtol=1e-12)
-    assert len(list((tmp_path / "cache").glob("*.enzpy"))) == 6
+    assert len(list((tmp_path / "cache").glob("*.enzpy"))) == 7
 
 
 ENVIRONMENT_MODEL = """
