@@ -527,6 +527,11 @@ def demangle(symbol: str) -> str:
 _twins: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+def forget(dispatcher):
+    """Drop the twin of ``dispatcher`` (it was recompiled: the twin froze its old globals)."""
+    _twins.pop(dispatcher, None)
+
+
 def _compilable(dispatcher):
     """``dispatcher``, or for one with eager signatures a twin of the same
     function and options: the user's dispatcher keeps only its signatures, and

@@ -16,6 +16,7 @@ from .api import (_ANNOTATIONS, Active, Annotation, Const, Duplicated, Forward, 
 from .arguments import arrays_in, positional_parameters
 from .cache import STATS
 from .errors import UnsupportedError
+from . import pipeline
 from .pipeline import build, entries
 
 
@@ -89,7 +90,8 @@ def hessian(f, x, *args):
     x = _point(x, "hessian")
     if not isinstance(x, np.ndarray):
         return hvp(f, x, type(x)(1.0), *args)
-    columns = [hvp(f, x, e, *args).ravel() for e in _basis(x)]
+    initial = _fresh(args)          # (each column at the same point, if f updates them)
+    columns = [hvp(f, x, e, *_fresh(initial)).ravel() for e in _basis(x)]
     if not columns:
         return np.zeros(x.shape + x.shape, dtype=x.dtype)
     return np.stack(columns, axis=-1).reshape(x.shape + x.shape)
@@ -232,6 +234,32 @@ def _objective(disp, n):
     return found
 
 
+def _fresh(values):
+    """``values`` (a list or tuple) with their arrays copied, in tuples and
+    lists too, and ``Const`` annotations kept."""
+    def fresh(v):
+        if isinstance(v, np.ndarray):
+            return v.copy()
+        if type(v) is Const:
+            return Const(fresh(v.val))
+        if isinstance(v, list):
+            return [fresh(x) for x in v]
+        if isinstance(v, tuple):
+            items = [fresh(x) for x in v]
+            return type(v)(*items) if hasattr(v, "_fields") else tuple(items)
+        return v
+    return type(values)(fresh(v) for v in values)
+
+
+def forget(disp):
+    """Drop the objectives built around ``disp`` (it was recompiled)."""
+    for key in [k for k in _pullback_objectives if k[0] is disp]:
+        del _pullback_objectives[key]
+
+
+pipeline.RECOMPILE_HOOKS.append(forget)
+
+
 def _differentiable(v) -> bool:
     return _is_float_scalar(v) or (isinstance(v, np.ndarray) and v.dtype in
                                    (np.float32, np.float64))
@@ -290,8 +318,7 @@ def vjp(f, *args):
     copied here, so changing them afterwards (an optimizer's step in place)
     does not move the pullback."""
     disp = _dispatcher(f)
-    values = [a.val if isinstance(a, Annotation) else a for a in args]
-    values = [v.copy() if isinstance(v, np.ndarray) else v for v in values]
+    values = _fresh([a.val if isinstance(a, Annotation) else a for a in args])
     for i, a in enumerate(args):
         if isinstance(a, Annotation) and type(a) is not Const:
             raise TypeError(f"vjp: argument {i}: pass values (or Const(v) for what is not "
@@ -304,7 +331,7 @@ def vjp(f, *args):
                             f"or as scalars), and vjp differentiates float scalars and float "
                             f"arrays passed themselves: pass its arrays as arguments of their "
                             f"own, or wrap it in Const(...) to leave it undifferentiated")
-    out = disp(*[v.copy() if isinstance(v, np.ndarray) else v for v in values])
+    out = disp(*_fresh(values))
     if not _cotangent_shaped(out):
         raise UnsupportedError(f"vjp: '{getattr(disp, '__name__', disp)}' returns "
                                f"{type(out).__name__}; vjp differentiates functions returning "
@@ -314,12 +341,12 @@ def vjp(f, *args):
     def pullback(g):
         g = _check_cotangent(g, out)
         annotated, shadows = [], {}
-        for i, v in enumerate(values):
+        for i, v in enumerate(_fresh(values)):      # (f may update them in place)
             if i not in wrt:
                 annotated.append(Const(v))
             elif isinstance(v, np.ndarray):
                 shadows[i] = np.zeros_like(v)
-                annotated.append(Duplicated(v.copy(), shadows[i]))
+                annotated.append(Duplicated(v, shadows[i]))
             else:
                 annotated.append(Active(v))
         (grads,) = autodiff(Reverse, objective, *annotated, Const(g))

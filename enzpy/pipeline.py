@@ -140,6 +140,10 @@ reports: dict = {}
 _lock = threading.RLock()
 
 
+# Called with a dispatcher being recompiled: drop what enzpy compiled around it.
+RECOMPILE_HOOKS: list = [frontend.forget, userrules.forget]
+
+
 def _forget_recompiled():
     """``f.recompile()`` (Numba's way to take changed globals) makes the
     derivatives built for ``f`` here those of code it no longer runs: they go
@@ -153,6 +157,9 @@ def _forget_recompiled():
             for table in (entries, fast_paths):
                 for key in [k for k in table if any(part is self for part in k)]:
                     del table[key]
+            # (functions enzpy compiled around it still call its old code)
+            for forget in RECOMPILE_HOOKS:
+                forget(self)
         return recompile(self)
 
     recompile_forgetting._enzpy_hook = True

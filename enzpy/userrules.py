@@ -233,6 +233,12 @@ def has_rule(disp) -> bool:
 _trampolines: dict = {}
 
 
+def forget(disp):
+    """Drop the trampoline calling ``disp`` (it was recompiled: the trampoline calls its
+    old code)."""
+    _trampolines.pop(disp, None)
+
+
 def trampoline(disp):
     """An @njit function calling ``disp``: differentiating it applies ``disp``'s
     rule at the top level too."""

@@ -189,3 +189,54 @@ def test_an_argument_holding_floats_is_refused_not_left_undifferentiated():
     out, pullback = enzpy.vjp(_pair_product, Const((a, b)), 1.1)
     ct, cs = pullback(np.ones(2))
     assert ct is None and cs == pytest.approx((a * b).sum())
+
+
+@njit
+def counted_scaling(x, counter):
+    counter[0] += 1.0          # the function's own bookkeeping, in a constant array
+    return x * counter[0]
+
+
+@njit
+def counted_pair(x, state):
+    state[0][0] += 1.0
+    return x * state[0][0]
+
+
+def test_every_pullback_is_at_the_point_of_out():
+    # before: each pullback call ran f on the one stored copy of the constant array,
+    # which f updates: [2, 2], then [3, 3], then [4, 4]
+    x = np.array([1.0, 2.0])
+    for counter in (Const(np.array([1.0])), np.array([1])):
+        out, pullback = enzpy.vjp(counted_scaling, x, counter)
+        np.testing.assert_array_equal(out, [2.0, 4.0])
+        for _ in range(3):
+            np.testing.assert_array_equal(pullback(np.ones(2))[0], [2.0, 2.0])
+    state = (np.array([1.0]),)
+    out, pullback = enzpy.vjp(counted_pair, x, Const(state))
+    state[0][0] = 9.0                       # the caller's array, changed afterwards
+    np.testing.assert_array_equal(pullback(np.ones(2))[0], [2.0, 2.0])
+    hess = enzpy.hessian(_counted_energy, np.array([1.0, 2.0]), np.array([1.0]))
+    np.testing.assert_array_equal(hess, [[12.0, 0.0], [0.0, 24.0]])   # each column at buf = 2
+
+
+@njit
+def _counted_energy(x, buf):
+    buf[0] += 1.0
+    return (x ** 3).sum() * buf[0]
+
+
+def test_pullback_follows_a_recompiled_function():
+    # before: vjp after f.recompile() returned the new out with the old code's pullback
+    namespace = {"K": 2.0, "njit": njit}
+    exec("@njit\ndef scaled(x):\n    return x * K\n", namespace)
+    scaled = namespace["scaled"]
+    x = np.array([1.0, 2.0])
+    out, pullback = enzpy.vjp(scaled, x)
+    np.testing.assert_array_equal(pullback(np.ones(2))[0], [2.0, 2.0])
+    namespace["K"] = 3.0
+    scaled.recompile()
+    out, pullback = enzpy.vjp(scaled, x)
+    np.testing.assert_array_equal(out, [3.0, 6.0])
+    np.testing.assert_array_equal(pullback(np.ones(2))[0], [3.0, 3.0])
+    np.testing.assert_array_equal(enzpy.jacobian(scaled, x), 3.0 * np.eye(2))
