@@ -12,7 +12,7 @@ import numba
 import numpy as np
 from numba.core.registry import cpu_target
 
-from . import arguments, diskcache, fastpath
+from . import arguments, diskcache, fastpath, fingerprint
 from .arguments import (aliasing_message, arrays_in, check_shadow, conflicting_objects,
                         conflicting_shadows, object_address, objects_in, overlaps_itself,
                         positional_parameters, rebuild_adjoint, reference_fields,
@@ -78,10 +78,41 @@ def _dispatcher(f):
         raise TypeError("autodiff(mode, f, *args): the function comes second")
     if not callable(f):
         raise TypeError(f"autodiff expects a function, got {type(f).__name__}")
-    disp = _jitted.get(f)
-    if disp is None:
-        disp = _jitted[f] = numba.njit(f)
-    return disp
+    found = _jitted.get(f)
+    state = _values_read(f)
+    if found is None:
+        found = _jitted[f] = [numba.njit(f), state]
+    elif found[1] != state:
+        # A plain function reads today's globals; Numba froze those of its first
+        # call: compiled again (which drops its derivatives), it reads them too.
+        found[0].recompile()
+        found[1] = state
+    return found[0]
+
+
+def _values_read(f) -> tuple:
+    """The globals and closure values a plain function reads: a digest of each
+    (arrays by their content), or its identity where it has none (modules,
+    functions, other objects)."""
+    code = getattr(f, "__code__", None)
+    if code is None:
+        return ()
+    names = getattr(f, "__globals__", {})
+    values = [names[n] for n in code.co_names if n in names]
+    for cell in getattr(f, "__closure__", None) or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:              # (an empty cell)
+            values.append(None)
+
+    def state(v):
+        if callable(v) or inspect.ismodule(v):
+            return id(v)
+        try:
+            return fingerprint.value_digest(v)
+        except fingerprint.NotCacheable:
+            return id(v)
+    return tuple(state(v) for v in values)
 
 
 def _annotate(arg):
@@ -405,7 +436,10 @@ def _unfolded(out, mode, per_argument):
 
 
 def _add_fast_path(f, mode, entry, args):
-    """Calls shaped like ``args`` take a generated path next time (fastpath.py)."""
+    """Calls shaped like ``args`` take a generated path next time (fastpath.py);
+    not those of a plain function, whose globals ``_dispatcher`` checks each time."""
+    if not isinstance(f, numba.core.dispatcher.Dispatcher):
+        return
     paths = _fast_paths.get((f, mode))
     if paths is not None and (len(paths) >= fastpath.KEPT_PER_FUNCTION
                               or entry in (p.entry for p in paths)):

@@ -178,3 +178,19 @@ def test_threads_forward_mode_and_hvp():
         # d2/dx2 of x^3 exp(-x): (6x - 6x^2 + x^3) exp(-x), diagonal Hessian
         np.testing.assert_allclose(hv, (6 * xs - 6 * xs ** 2 + xs ** 3) * np.exp(-xs))
     assert len(enzpy.build_report(fresh_forward)) == 1
+
+
+def test_a_plain_function_reads_todays_globals():
+    # before: enzpy's own jitted copy of a plain function kept the globals of its first
+    # call (2.0 and [1, 2] after they became 3.0 and [5, 7])
+    namespace = {"np": np, "C": 2.0, "W": np.array([1.0, 2.0])}
+    exec("def f(x):\n    return x * C\n\ndef g(x):\n    return np.sum(x * W)\n", namespace)
+    f, g = namespace["f"], namespace["g"]
+    assert enzpy.gradient(f, 1.0) == 2.0
+    np.testing.assert_array_equal(enzpy.gradient(g, np.ones(2)), [1.0, 2.0])
+    namespace["C"] = 3.0
+    namespace["W"][:] = [5.0, 7.0]
+    for _ in range(2):                 # (no fast path keeps the old derivative either)
+        assert enzpy.gradient(f, 1.0) == 3.0
+        assert enzpy.gradient(f, np.float32(1.0)) == 3.0
+        np.testing.assert_array_equal(enzpy.gradient(g, np.ones(2)), [5.0, 7.0])
