@@ -51,7 +51,7 @@ class GradientCheck:
         return f"worst relative error {self.worst_relative_error:.3g} at {where}"
 
 
-def check_gradient(f, *args, step=1e-6, floor=1e-8) -> GradientCheck:
+def check_gradient(f, *args, step=None, floor=1e-8) -> GradientCheck:
     """Compare enzpy's derivatives of ``f`` at ``args`` with central differences.
 
     ``args`` are annotated as for ``autodiff``. The objective is ``f``'s float
@@ -60,7 +60,9 @@ def check_gradient(f, *args, step=1e-6, floor=1e-8) -> GradientCheck:
     the call; after the reverse sweep each shadow holds the derivative of the
     objective with respect to the array's content before the call. Inputs are
     never modified. The relative error of each entry is
-    ``|enzpy - fd| / max(|enzpy|, |fd|, floor)``.
+    ``|enzpy - fd| / max(|enzpy|, |fd|, floor)``. The step is relative to
+    each entry's size; by default 1e-6 for float64 and 5e-3 for float32
+    (about the cube root of its precision: a smaller one measures rounding).
     """
     annotated = [a if isinstance(a, Annotation) else Const(a) for a in args]
     for i, a in enumerate(annotated):
@@ -107,6 +109,9 @@ def check_gradient(f, *args, step=1e-6, floor=1e-8) -> GradientCheck:
 
 
 def _central(objective, base, i, idx, step):
+    if step is None:
+        dtype = np.asarray(base[i]).dtype
+        step = 5e-3 if dtype == np.float32 else 1e-6
     values = []
     for sign in (1, -1):
         trial = [v.copy() if isinstance(v, np.ndarray) else v for v in base]

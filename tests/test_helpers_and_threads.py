@@ -194,3 +194,18 @@ def test_a_plain_function_reads_todays_globals():
         assert enzpy.gradient(f, 1.0) == 3.0
         assert enzpy.gradient(f, np.float32(1.0)) == 3.0
         np.testing.assert_array_equal(enzpy.gradient(g, np.ones(2)), [5.0, 7.0])
+
+
+@njit
+def _sine_energy(x):
+    return np.sum(np.sin(x) * x)
+
+
+def test_check_gradient_of_float32_measures_the_derivative_not_rounding():
+    # before: a 1e-6 step in float32 gave relative errors of 0.17-0.35 for a right gradient
+    x = np.linspace(-1.0, 1.3, 5).astype(np.float32)
+    check = enzpy.check_gradient(_sine_energy, Duplicated(x, np.zeros_like(x)))
+    assert check.worst_relative_error < 2e-3, check
+    check = enzpy.check_gradient(weighted_sines, Duplicated(x.astype(np.float64), np.zeros(5)),
+                                 Active(np.float32(2.0)))
+    assert check.worst_relative_error < 2e-3, check
