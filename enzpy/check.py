@@ -16,9 +16,13 @@ def gradient(*args):
     unless annotated.
     """
     if args and isinstance(args[0], Mode):
-        if not args[0].reverse:
-            raise TypeError("gradient computes reverse-mode gradients; use Reverse")
+        if not args[0].reverse or args[0].with_primal:
+            raise TypeError(f"gradient returns the derivative alone, in reverse mode: use "
+                            f"Reverse, not {args[0].name} (autodiff({args[0].name}, ...) "
+                            f"returns the primal too)")
         args = args[1:]
+    elif args and isinstance(args[0], str):
+        raise TypeError(f"gradient: the mode is enzpy.Reverse, not the string {args[0]!r}")
     if len(args) < 2:
         raise TypeError("gradient(f, x, *args) needs a function and a point")
     f, x, *rest = args

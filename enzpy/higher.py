@@ -6,6 +6,8 @@ once per basis vector; ``jacobian`` runs forward mode once per basis vector.
 """
 from __future__ import annotations
 
+import inspect
+
 import numba
 import numba.extending
 import numpy as np
@@ -27,6 +29,11 @@ def _plain_consts(consts, disp):
         if isinstance(c, Annotation) and type(c) is not Const:
             raise TypeError(f"argument {i + 1}: the arguments after x are constants; "
                             f"got {type(c).__name__}")
+    if any(p.kind == p.VAR_POSITIONAL
+           for p in inspect.signature(disp.py_func).parameters.values()):
+        raise TypeError(f"'{disp.py_func.__qualname__}' takes *args, which hvp, hessian and "
+                        f"jacobian do not fill: give it named parameters (autodiff, gradient "
+                        f"and vjp take *args)")
     params = positional_parameters(disp.py_func)
     missing = [p.name for p in params[1 + len(consts):] if p.default is p.empty]
     if missing:
@@ -300,11 +307,22 @@ def _check_cotangent(g, out, where="g"):
     return out             # an integer or None: carries no derivative
 
 
+def _described(out) -> str:
+    if isinstance(out, tuple):
+        return "a tuple of " + ", ".join(_described(o) for o in out)
+    if isinstance(out, np.ndarray):
+        return f"an array of {out.dtype}"
+    return type(out).__name__
+
+
 def _cotangent_shaped(out) -> bool:
     """Whether ``out`` is what a cotangent can be shaped like (integers and None
     carry no derivative)."""
     if isinstance(out, tuple):
         return all(_cotangent_shaped(o) for o in out)
+    if isinstance(out, (complex, np.complexfloating)) or \
+            (isinstance(out, np.ndarray) and out.dtype.kind == "c"):
+        return False        # (complex results are not differentiated)
     return out is None or isinstance(out, (np.ndarray, float, int, np.number, bool, np.bool_))
 
 
@@ -334,8 +352,8 @@ def vjp(f, *args):
     out = disp(*_fresh(values))
     if not _cotangent_shaped(out):
         raise UnsupportedError(f"vjp: '{getattr(disp, '__name__', disp)}' returns "
-                               f"{type(out).__name__}; vjp differentiates functions returning "
-                               f"floats, arrays or tuples of them")
+                               f"{_described(out)}; vjp differentiates functions returning "
+                               f"real floats, arrays or tuples of them")
     objective = _objective(disp, len(args))
 
     def pullback(g):

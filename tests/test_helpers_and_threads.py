@@ -209,3 +209,29 @@ def test_check_gradient_of_float32_measures_the_derivative_not_rounding():
     check = enzpy.check_gradient(weighted_sines, Duplicated(x.astype(np.float64), np.zeros(5)),
                                  Active(np.float32(2.0)))
     assert check.worst_relative_error < 2e-3, check
+
+
+@njit
+def _product_of(x, *ys):
+    s = x
+    for y in ys:
+        s = s * y
+    return s
+
+
+@njit
+def _complex_scaled(x):
+    return x * (1.0 + 2.0j)
+
+
+def test_helpers_name_what_they_do_not_take():
+    with pytest.raises(TypeError, match=r"takes \*args, which hvp, hessian and jacobian do "
+                                        r"not fill"):
+        enzpy.hvp(_product_of, 1.5, 1.0, 2.0)
+    with pytest.raises(TypeError, match="not ReverseWithPrimal"):     # (the primal was dropped)
+        enzpy.gradient(enzpy.ReverseWithPrimal, weighted_sines, np.ones(3), 2.0)
+    with pytest.raises(TypeError, match="the mode is enzpy.Reverse, not the string"):
+        enzpy.gradient("Reverse", weighted_sines, np.ones(3), 2.0)
+    # before: accepted, then the pullback refused its own cotangents confusingly
+    with pytest.raises(enzpy.UnsupportedError, match="returns an array of complex128"):
+        enzpy.vjp(_complex_scaled, np.ones(2))
