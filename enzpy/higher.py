@@ -301,6 +301,8 @@ def _check_cotangent(g, out, where="g"):
                              f"{out.shape}")
         return np.asarray(g, dtype=out.dtype, order="C")
     if isinstance(out, (float, np.floating)):
+        if isinstance(g, np.ndarray) and g.shape == () and g.dtype.kind in "fiu":
+            g = g[()]                   # (a 0-d array has a float's shape, as in JAX)
         if not isinstance(g, (float, int, np.floating, np.integer)):
             raise TypeError(f"pullback: {where} must be a float, like the result")
         return type(out)(g)

@@ -76,6 +76,7 @@ def test_scalar_result_and_bad_cotangents():
     out, pullback = enzpy.vjp(scalar_result, x)
     assert out == pytest.approx(9.0)
     np.testing.assert_allclose(pullback(2.0)[0], 2.0 * 3 * x ** 2)
+    np.testing.assert_allclose(pullback(np.array(2.0))[0], 2.0 * 3 * x ** 2)   # 0-d, as JAX
     _, pullback = enzpy.vjp(softmax, x, 1.0)
     with pytest.raises(ValueError, match="shape"):
         pullback(np.ones(3))
