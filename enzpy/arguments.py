@@ -221,11 +221,13 @@ def object_address(obj) -> int:
     return obj._meminfo.data
 
 
-def _same_memory(a, b) -> bool:
-    if isinstance(a, np.ndarray):
-        return isinstance(b, np.ndarray) and b.shape == a.shape and \
-            b.__array_interface__["data"][0] == a.__array_interface__["data"][0]
-    return object_address(a) == object_address(b)
+def _same_memory(now, before) -> bool:
+    """Whether a field's value ``now`` is the array or object it held ``before``
+    (it may now hold None, an optional field cleared)."""
+    if isinstance(before, np.ndarray):
+        return isinstance(now, np.ndarray) and now.shape == before.shape and \
+            now.__array_interface__["data"][0] == before.__array_interface__["data"][0]
+    return _object_fields(now) is not None and object_address(now) == object_address(before)
 
 
 def reference_fields(obj) -> list:

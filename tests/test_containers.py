@@ -720,3 +720,32 @@ def test_reassigned_object_field_gets_its_derivative_in_the_shadow_object():
     assert do.inner.b == pytest.approx(8 * 0.7)
     assert do.s == pytest.approx((w * x).sum())
     assert do.inner.w.ctypes.data == passed.w.ctypes.data
+
+
+node_type = numba.deferred_type()
+
+
+@jitclass([("w", types.float64), ("child", types.optional(node_type))])
+class Link:
+    def __init__(self, w):
+        self.w = w
+        self.child = None
+
+
+node_type.define(Link.class_type.instance_type)
+
+
+@njit
+def product_then_unlink(node):
+    s = node.w * node.child.w
+    node.child = None
+    return s
+
+
+def test_an_object_field_cleared_to_none_gets_its_shadow_back():
+    node = Link(2.0)
+    node.child = Link(3.0)
+    dnode = zeros_like(node)
+    autodiff(Reverse, product_then_unlink, Duplicated(node, dnode))
+    assert node.child is None
+    assert (dnode.w, dnode.child.w) == (3.0, 2.0)
