@@ -44,7 +44,8 @@ np.diag(np.linspace(1, 2, n))``) goes to ``np.linalg.solve`` (vector and matrix 
 ``raises``: checks that raise an exception whose message holds a value (never
 raised at the points tried). With ``parallel``: ``prange`` loops in ``f`` (then
 compiled with ``parallel=True``, which also runs its array expressions in parallel), a
-reduction into a float or each iteration writing its element of a fresh array
+reduction into a float, each iteration writing its element of a fresh array, or (with
+``linalg``) a reduction of ``np.linalg.norm`` of a matrix's rows, views made in the loop
 (left out of ``--hvp`` runs: second order through a parallel loop is refused).
 ``--exclude numpy,linalg,raises,parallel`` draws exactly the programs drawn before
 these features existed.
@@ -615,6 +616,14 @@ class _Gen:
         i = self.fresh("i")
         inner = sc.child(i, "for")
         sized = [a for a in sorted(sc.arrays) if len(sc.arrays[a]) == 1]
+        matrices = [a for a in sorted(sc.arrays) if len(sc.arrays[a]) == 2]
+        if matrices and self.has("linalg") and self.chance(0.3):
+            # a rule applied to a view made in the loop's body (its meminfo has no shadow)
+            acc, mat = self.fresh("s"), self.choice(matrices)
+            lines = [f"{acc} = {self.expr(sc, 1)}", f"for {i} in prange({mat}.shape[0]):",
+                     f"    {acc} += np.linalg.norm({mat}[{i}]) * {self.bounded(self.expr(inner, 2))}"]
+            sc.floats.append(acc)
+            return lines
         if self.chance(0.5):
             acc = self.fresh("s")
             trip = self.trip_count(sc)
