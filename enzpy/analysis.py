@@ -15,7 +15,7 @@ from functools import cached_property
 import networkx as nx
 
 from .ir import (Function, Instruction, Value, local, contains_float, contains_pointer,
-                 field_offsets, fields_of, leaf_kinds, size_and_alignment)
+                 field_offsets, fields_of, is_float_type, leaf_kinds, size_and_alignment)
 
 # Instructions whose result is a pointer into the same object as an operand.
 POINTER_PROPAGATING = ("getelementptr", "bitcast", "addrspacecast", "phi", "select", "freeze")
@@ -341,6 +341,16 @@ class Activity:
     def is_shadowed(self, value) -> bool:
         return value.kind in ("inst", "arg") and value.name in self.shadowed
 
+    def call_activity(self, ins) -> tuple:
+        """The activity of a call's arguments ('dup', 'active', 'const'); a
+        shadowed pointer the callee only reads to select, into memory holding
+        no varying value, is 'const'."""
+        selectors = self._selector_params(ins.callee)
+        return tuple("dup" if self.is_shadowed(a) and not (
+                         k in selectors and not self._memory_varies(a)) else
+                     "active" if self.is_active(a) and is_float_type(a.type) else "const"
+                     for k, a in enumerate(ins.args))
+
     def _forward(self):
         changed = True
         while changed:
@@ -409,7 +419,7 @@ class Activity:
             return False
         if ins.opcode == "load":
             return ins.operands[0].name in self.shadowed and \
-                self.memory_varies(ins.operands[0])
+                self._memory_varies(ins.operands[0])
         if ins.opcode == "call":
             # A float returned directly may also come from memory the call reads.
             return self._call_propagates(ins) and any(
@@ -426,7 +436,7 @@ class Activity:
     # (nothing reachable through them) whose every write is seen: stores, and
     # calls; a call writes a varying value only if another of its arguments
     # varies or has a shadow (memory enzpy does not differentiate holds none).
-    def memory_varies(self, ptr) -> bool:
+    def _memory_varies(self, ptr) -> bool:
         roots = self._pointer_roots(ptr)
         return not roots or any(self._slot_varies(root) for root in roots)
 
@@ -465,7 +475,7 @@ class Activity:
         # (another stack slot passed along, such as the tangent slot of the pair of
         # Gaussian draws in a tangent function, varies only if a write to it may)
         return any(root not in self._pointer_roots(a) and (
-            self.is_varied(a) or (self.is_shadowed(a) and self.memory_varies(a)))
+            self.is_varied(a) or (self.is_shadowed(a) and self._memory_varies(a)))
             if a.type == "ptr" else self.is_varied(a) for a in ins.args)
 
     @cached_property

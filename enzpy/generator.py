@@ -236,13 +236,6 @@ class DerivativeGenerator:
         callee = self.builder.module.functions.get(ins.callee)
         return callee is None or not numba_convention(callee) or self.cfg.propagates_failure(ins)
 
-    def _callee_activity(self, ins):
-        selectors = self.builder.selector_params(ins.callee)
-        return tuple("dup" if self.act.is_shadowed(a) and not (
-                         k in selectors and not self.act.memory_varies(a)) else
-                     "active" if self.act.is_active(a) and is_float_type(a.type) else "const"
-                     for k, a in enumerate(ins.args))
-
     def _callee(self, ins):
         key = id(ins)
         if key not in self.calls:
@@ -252,7 +245,7 @@ class DerivativeGenerator:
                              for kind, index in self._roots(a))}
             self.builder.user_args.setdefault(ins.callee, set()).update(passed)
             self.calls[key] = self.builder.derivative(
-                ins.callee, self._callee_activity(ins), getattr(self.d, "atomic", False),
+                ins.callee, self.act.call_activity(ins), getattr(self.d, "atomic", False),
                 self.builder.stable_operands(self.fn, ins),
                 failures_propagate=self._failures_propagate(ins))
         return self.calls[key]
