@@ -16,8 +16,8 @@ from . import arguments, diskcache, fastpath, fingerprint
 from .arguments import (aliasing_message, arrays_in, check_shadow, conflicting_objects,
                         conflicting_shadows, object_address, objects_in, overlaps_itself,
                         positional_parameters, rebuild_adjoint, reference_fields,
-                        restore_reference_fields, share_memory, strided_like,
-                        unlike_shadows_message)
+                        restore_reference_fields, share_memory, star_parameter,
+                        strided_like, unlike_shadows_message)
 from .cache import STATS
 from .pipeline import build, entries as _entries, fast_paths as _fast_paths
 from .pipeline import reports as _reports, typed_signature
@@ -183,13 +183,14 @@ def _check_shadows(args):
             check_shadow(i, a.val, a.dval)
 
 
-def _shadow_values(args, positions, written=()):
+def _shadow_values(args, values, positions, written=()):
     """The shadows to pass, each checked against its primal (``check_shadow``
     says what does not fit), and (shadow, stand-in) pairs to copy back after
     the call: a shadow array laid out unlike its array (e.g. ``np.zeros_like``
     of a strided view, which is contiguous) is replaced by a stand-in with the
     array's strides, since the derivative addresses shadows like primals.
-    Nothing is written before every shadow has passed."""
+    ``values``: the arguments' values. Nothing is written before every shadow
+    has passed."""
     shadows, copies = [], None
     for i in positions:
         a = args[i]
@@ -206,8 +207,8 @@ def _shadow_values(args, positions, written=()):
         shadows.append(dx)
     pairs = _array_shadow_pairs(args, positions)
     _check_shadows_apart(pairs, written)
-    _check_shadows_off_values(args, pairs)
-    _check_object_shadows(args, positions)
+    _check_shadows_off_values(values, pairs)
+    _check_object_shadows(args, values, positions)
     for k, (dx, slot) in enumerate(copies or ()):
         stand_in = strided_like(args[positions[slot]].val)
         stand_in[...] = dx
@@ -240,21 +241,20 @@ def _check_shadows_apart(pairs, written=()):
         raise ValueError(unlike_shadows_message(*conflict))
 
 
-def _check_shadows_off_values(args, pairs):
+def _check_shadows_off_values(values, pairs):
     """A shadow receives derivatives: memory an argument's value also is (a
     Const array, another argument's array, an array of its own container)
     would be read as a value after the derivative wrote to it."""
-    values = [(j, x) for j, a in enumerate(args)
-              for x in arrays_in(a.val if type(a) in _ANNOTATIONS else a)]
+    arrays = [(j, x) for j, v in enumerate(values) for x in arrays_in(v)]
     for label, _, dx in pairs:
-        for j, x in values:
+        for j, x in arrays:
             if share_memory(dx, x):
                 raise ValueError(f"argument {label}: its shadow shares memory with the array "
                                  f"of argument {j}; a shadow receives the derivatives, so it "
                                  f"needs memory of its own (np.zeros_like, enzpy.zeros_like)")
 
 
-def _check_object_shadows(args, positions):
+def _check_object_shadows(args, values, positions):
     """One jitclass object held twice (in a list, or as two arguments) has one
     shadow object, and distinct objects distinct ones; no shadow object is also
     a value."""
@@ -270,10 +270,9 @@ def _check_object_shadows(args, positions):
                          f"has two shadow objects, or two objects one shadow, so derivatives "
                          f"would split or mix; give each object one shadow, held alike "
                          f"(enzpy.zeros_like does)")
-    values = {object_address(o) for a in args
-              for o in objects_in(a.val if type(a) in _ANNOTATIONS else a)}
+    held = {object_address(o) for v in values for o in objects_in(v)}
     for label, _, dx in pairs:
-        if object_address(dx) in values:
+        if object_address(dx) in held:
             raise ValueError(f"argument {label}: its shadow holds an object that is also an "
                              f"argument's value; a shadow receives the derivatives, so it "
                              f"needs objects of its own (enzpy.zeros_like)")
@@ -362,7 +361,8 @@ def _differentiate(mode, f, disp, args):
         STATS.hits += 1
     values = [a.val if type(a) in _ANNOTATIONS else a for a in args]
     _check_aliases(entry, values)
-    shadows, copies = _shadow_values(args, entry.shadow_positions, entry.written_shadowed)
+    shadows, copies = _shadow_values(args, values, entry.shadow_positions,
+                                     entry.written_shadowed)
     # A field the function reassigns (o.w = o.w * x, o.inner = Lin(...)) leaves the
     # shadow object's field on the new value's shadow, spent by the reverse sweep; the
     # derivative is in the shadow the field held, which it gets back.
@@ -400,9 +400,8 @@ def _folded_call(disp, args):
     become ``Const(default)``, the arguments ``*args`` receives one tuple; and
     the function giving the result one entry per argument passed. None when
     nothing is folded (or when the arguments do not fit: ``_check_args`` says so)."""
-    params = list(inspect.signature(disp.py_func).parameters.values())
     positional = positional_parameters(disp.py_func)
-    star = next((p for p in params if p.kind == p.VAR_POSITIONAL), None)
+    star = star_parameter(disp.py_func)
     n = len(positional)
     if star is None:
         missing = positional[len(args):]

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, typed, types
 from numba.core import cgutils
-from numba.experimental import structref
 from numba.experimental.jitclass import _box
 from numba.experimental.jitclass.base import imp_dtor
 from numba.extending import intrinsic
@@ -207,10 +206,11 @@ def objects_in(obj, _path=()):
     elif isinstance(obj, (dict, typed.Dict)):
         for v in obj.values():
             yield from objects_in(v, _path)
-    elif _object_fields(obj) is not None and object_address(obj) not in _path:
+    elif (fields := _object_fields(obj)) is not None and \
+            (address := object_address(obj)) not in _path:
         yield obj
-        for name in _object_fields(obj):
-            yield from objects_in(getattr(obj, name), _path + (object_address(obj),))
+        for name in fields:
+            yield from objects_in(getattr(obj, name), _path + (address,))
 
 
 def object_address(obj) -> int:
@@ -270,6 +270,12 @@ def positional_parameters(fn) -> list:
     """The parameters of ``fn`` a call can fill by position (not ``*args``)."""
     return [p for p in inspect.signature(fn).parameters.values()
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def star_parameter(fn):
+    """The ``*args`` parameter of ``fn``, or None."""
+    return next((p for p in inspect.signature(fn).parameters.values()
+                 if p.kind == p.VAR_POSITIONAL), None)
 
 _TooHardError = getattr(np, "exceptions", np).TooHardError
 

@@ -6,8 +6,6 @@ once per basis vector; ``jacobian`` runs forward mode once per basis vector.
 """
 from __future__ import annotations
 
-import inspect
-
 import numba
 import numba.extending
 import numpy as np
@@ -15,7 +13,7 @@ from numba import types
 
 from .api import (_ANNOTATIONS, Active, Annotation, Const, Duplicated, Forward, Reverse,
                   _check_aliases, _dispatcher, _is_float_scalar, _signature_key, autodiff)
-from .arguments import arrays_in, positional_parameters
+from .arguments import arrays_in, positional_parameters, star_parameter
 from .cache import STATS
 from .errors import UnsupportedError
 from . import pipeline
@@ -29,8 +27,7 @@ def _plain_consts(consts, disp):
         if isinstance(c, Annotation) and type(c) is not Const:
             raise TypeError(f"argument {i + 1}: the arguments after x are constants; "
                             f"got {type(c).__name__}")
-    if any(p.kind == p.VAR_POSITIONAL
-           for p in inspect.signature(disp.py_func).parameters.values()):
+    if star_parameter(disp.py_func) is not None:
         raise TypeError(f"'{disp.py_func.__qualname__}' takes *args, which hvp, hessian and "
                         f"jacobian do not fill: give it named parameters (autodiff, gradient "
                         f"and vjp take *args)")
@@ -132,11 +129,8 @@ def jacobian(g, x, *args):
     # Every call runs on copies of the arguments' initial values (g may update
     # x, or accumulate into its output, in place); the caller's arrays end as
     # after one call of g.
-    def copies(vals):
-        return [v.copy(order="K") if isinstance(v, np.ndarray) else v for v in vals]
-
     values = (x, *consts)
-    initial = copies(values)
+    initial = _fresh(values)
 
     def keep(last):
         for mine, theirs in zip(last, values):
@@ -145,14 +139,14 @@ def jacobian(g, x, *args):
 
     last = ()
     if not writes_out:
-        last = copies(initial)
+        last = _fresh(initial)
         out = disp(*last)
         if np.size(out) < np.size(x):
             keep(last)
             return _jacobian_by_rows(disp, initial[0], initial[1:], out)
     columns = []
     for direction in _basis(x):
-        last = copies(initial)
+        last = _fresh(initial)
         x_pass, *consts_pass = last
         if writes_out:
             dout = np.zeros_like(consts_pass[-1])
@@ -242,11 +236,12 @@ def _objective(disp, n):
 
 
 def _fresh(values):
-    """``values`` (a list or tuple) with their arrays copied, in tuples and
-    lists too, and ``Const`` annotations kept."""
+    """``values`` (a list or tuple) with their arrays copied, laid out alike
+    (Numba's types keep layouts), in tuples and lists too, and ``Const``
+    annotations kept."""
     def fresh(v):
         if isinstance(v, np.ndarray):
-            return v.copy()
+            return v.copy(order="K")
         if type(v) is Const:
             return Const(fresh(v.val))
         if isinstance(v, list):

@@ -8,8 +8,6 @@ Python in it. Results have the shapes ``autodiff`` returns in Python.
 """
 from __future__ import annotations
 
-import inspect
-
 import numba
 import numpy as np
 from numba import njit, types
@@ -20,7 +18,8 @@ from numba.extending import (lower_builtin, make_attribute_wrapper, models,
 
 from . import pipeline
 from .api import Active, Const, Duplicated, Mode, autodiff
-from .arguments import aliasing_message, positional_parameters, unlike_shadows_message
+from .arguments import (aliasing_message, positional_parameters, star_parameter,
+                        unlike_shadows_message)
 from .cache import STATS
 from .errors import UnsupportedError
 
@@ -115,8 +114,7 @@ def _omitted_defaults(disp, given):
     leaves out (numbers, booleans, None, strings and tuples of them: the
     jitted call holds them as constants, as Numba holds defaults)."""
     fn = disp.py_func
-    params = inspect.signature(fn).parameters.values()
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
+    if star_parameter(fn) is not None:
         raise TypeError(f"autodiff inside @njit code: {fn.__qualname__} takes *args, which "
                         f"only autodiff called from Python packs; give it named parameters")
     positional = positional_parameters(fn)
