@@ -297,6 +297,20 @@ def environment() -> tuple:
             repr(numba.config.OPT), numba.config.BOUNDSCHECK)
 
 
+def _field_type_text(ty) -> str:
+    """A jitclass field's type, without the per-process ids of deferred types
+    (a linked node's ``optional(deferred_type())``), which are named by the
+    type they were defined as."""
+    deferred = ty.type if isinstance(ty, types.Optional) else ty
+    text = _ADDRESS.sub("", str(ty))
+    if isinstance(deferred, types.DeferredType):
+        try:
+            text += " = " + _ADDRESS.sub("", str(deferred.get()))
+        except RuntimeError:         # (not defined yet: Numba says so when typing)
+            pass
+    return text
+
+
 # What differs between processes in Numba's IR of the same code: the counters
 # in its mangled names ("B2v13") and the addresses of its dynamic globals.
 _PROCESS_BOUND = re.compile(r"B\d+v\d+|numba\.dynamic\.globals\.[0-9a-f]+|"
@@ -316,20 +330,6 @@ _PROCESS_BOUND = re.compile(r"B\d+v\d+|numba\.dynamic\.globals\.[0-9a-f]+|"
 # tags (``B42c8t...``, its compile flags), which differ between a function it
 # compiled in this process and one it loaded from its cache, which enzpy lowers
 # again with other flags (the code's own flags show in its instructions).
-def _field_type_text(ty) -> str:
-    """A jitclass field's type, without the per-process ids of deferred types
-    (a linked node's ``optional(deferred_type())``), which are named by the
-    type they were defined as."""
-    deferred = ty.type if isinstance(ty, types.Optional) else ty
-    text = _ADDRESS.sub("", str(ty))
-    if isinstance(deferred, types.DeferredType):
-        try:
-            text += " = " + _ADDRESS.sub("", str(deferred.get()))
-        except Exception:            # (not defined yet: Numba says so when typing)
-            pass
-    return text
-
-
 _PROCESS_NAMED = re.compile(r"(__numba_array_expr_)0x[0-9a-f]+|(@\.bytes\.)-?\d+|"
                             r"(_listcomp__v)\d+__|(__numba_parfor_gufunc_)0x[0-9a-f]+|"
                             r"(_20at_200x)[0-9a-f]+|(_23|#)[0-9a-f]{8,}(?=_3c|<)|"

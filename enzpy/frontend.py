@@ -24,7 +24,6 @@ import weakref
 from contextlib import contextmanager
 
 import numba
-import numpy as np
 from llvmlite import binding as llvm
 from numba.core import codegen, compiler, typed_passes, types
 from numba.core.compiler_lock import global_compiler_lock
@@ -35,6 +34,7 @@ from numba.core import ir as numba_ir
 
 from . import backend
 from .analysis import ARRAY_ALLOCATORS
+from .arguments import arrays_in
 from .errors import InternalError, UnsupportedError
 from .fingerprint import NotCacheable, value_digest
 
@@ -212,12 +212,6 @@ def _same_value(a, b) -> bool:
         return False
 
 
-def _holds_array(value) -> bool:
-    if isinstance(value, tuple):
-        return any(_holds_array(v) for v in value)
-    return isinstance(value, np.ndarray)
-
-
 _NUMBA_UID = re.compile(r"B\d+v\d+")       # (the unique-id tag in Numba's mangled names)
 
 
@@ -252,7 +246,8 @@ def _check_frozen_values(dispatcher, argtypes, cres):
         if (kind, name) in now and not _same_value(value, now[kind, name]):
             _refuse_frozen(dispatcher, kind, name,
                            f"was {_short_repr(value)}; it is now {_short_repr(now[kind, name])}")
-    arrays = [(kind, name) for (kind, name), value in then.items() if _holds_array(value)]
+    arrays = [(kind, name) for (kind, name), value in then.items()
+              if next(arrays_in(value), None) is not None]
     if arrays and not _froze_the_same_arrays(dispatcher, argtypes, compiled):
         _refuse_frozen(dispatcher, *arrays[0], "held other values than it holds now (an "
                        "array changed in place)")
@@ -283,8 +278,9 @@ _FLOAT_NAMES = {64: "double", 32: "float"}
 
 def data_pointer_types(ctx, argtypes, restype) -> dict:
     """LLVM parameter index -> what the memory it points to holds: a float
-    type for float arrays' data (complex arrays': their parts') and lists of floats, ``'int'`` for integer and
-    boolean arrays' data, lists of them and strings' characters; index 0 (the
+    type for float arrays' data (complex arrays': their parts') and lists of
+    floats, ``'int'`` for integer and boolean arrays' data, lists of them and
+    strings' characters; index 0 (the
     return pointer) when the result holds arrays of one float type, or only
     integer and boolean arrays."""
     table, index = {}, 2          # after retptr and excinfo

@@ -138,7 +138,7 @@ def _dict_types(ty, found):
             _dict_types(parent, found)
 
 
-def dictionary_kinds(symbol: str) -> str:
+def dictionary_kinds(symbol: str) -> tuple:
     """The kinds of the values and of the keys of the dictionary the function
     ``symbol`` works on: its first argument holding one (Numba's implementations
     take the dictionary, or an iterator over it, first)."""
