@@ -216,14 +216,17 @@ _NUMBA_UID = re.compile(r"B\d+v\d+")       # (the unique-id tag in Numba's mangl
 
 
 def _optimized_body(cres) -> str:
-    """The optimized IR of the function ``cres`` compiled, its Numba names
-    made comparable across compilations."""
+    """The optimized IR of the function ``cres`` compiled, with the constants
+    it reads (a global array's data: ``W[k]`` reads it at run time), its Numba
+    names made comparable across compilations."""
     text = cres.library.get_llvm_str()
     name = cres.fndesc.mangled_name
     match = re.search(r'^define [^\n]*@"?' + re.escape(name) + r'"?\(.*?^}', text,
                       flags=re.M | re.S)
     body = match.group(0) if match else ""
-    return _NUMBA_UID.sub("Bv", body.replace(name, "@self"))
+    constants = [line for line in re.findall(r"^@.*= .*constant .*$", text, flags=re.M)
+                 if _global_names(line.split(" = ", 1)[0]) & _global_names(body)]
+    return _NUMBA_UID.sub("Bv", "\n".join([body, *sorted(constants)]).replace(name, "@self"))
 
 
 def _froze_the_same_arrays(dispatcher, argtypes, compiled) -> bool:

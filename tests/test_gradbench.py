@@ -529,6 +529,12 @@ def test_bad_messages_get_errors_and_the_tool_keeps_serving():
         {"id": 14, "kind": "analysis", "of": 13, "valid": True},
         {"id": 15, "kind": "evaluate", "module": "hello", "function": "double",
          "input": 2.0},                                                  # never defined
+        {"id": 16, "kind": "evaluate", "module": "hello", "function": "square",
+         "input": 1e200},                                                # output overflows
+        {"id": 17, "kind": "evaluate", "module": "llsq", "function": "primal",
+         "input": {"x": [], "n": 100000}},                               # no coefficient
+        '{"id": 18, "kind": "evaluate", "module": "particle", "function": "rr", '
+        '"input": {"w": NaN}}',                                          # NaN read by Python
     ]
     answers, _ = run_tool(messages, timeout=300)
     assert len(answers) == len(messages)
@@ -537,7 +543,8 @@ def test_bad_messages_get_errors_and_the_tool_keeps_serving():
     assert answers[1]["id"] is None and "JSON" in answers[1]["error"]
     assert answers[2]["id"] is None and "id" in answers[2]["error"]
     expected_words = {3: "kind", 4: "module", 6: "function", 7: "'x'", 8: "1-d",
-                      9: "'x'", 10: "input", 11: "min_runs", 12: "ell*ell"}
+                      9: "'x'", 10: "input", 11: "min_runs", 12: "ell*ell",
+                      16: "non-finite", 17: "'x'", 18: "finite"}
     for mid, word in expected_words.items():
         assert by_id[mid]["success"] is False and word in by_id[mid]["error"], by_id[mid]
     assert by_id[5]["success"] is True
@@ -551,3 +558,38 @@ def test_bad_messages_get_errors_and_the_tool_keeps_serving():
     late = by_id[15]
     assert late["success"] is True and late["output"] == 4.0
     assert [t["name"] for t in late["timings"]] == ["prepare", "compile", "evaluate"]
+
+
+def test_blas_runs_on_one_thread_unless_the_environment_says():
+    script = ("import numpy as np, numba, threadpoolctl\n"
+              "from enzpy.gradbench.server import _single_threaded_blas\n"
+              "_single_threaded_blas()\n"
+              "print(sorted({i['num_threads'] for i in threadpoolctl.threadpool_info()\n"
+              "              if i['user_api'] == 'blas'}))\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    counts = json.loads(run.stdout.strip().splitlines()[-1])
+    assert counts == [1], counts        # (Numba's BLAS, scipy's, among them)
+
+
+def test_lstm_jacobian_finite_where_gates_saturate():
+    """Gate inputs of -1000: the logistic function's derivative is 0 there, not 0 * inf."""
+    from enzpy.gradbench import lstm
+    inp = {"main_params": [[-1000.0] * 4, [0.0] * 4], "extra_params": [[1.0], [1.0], [0.0]],
+           "state": [[0.5], [0.5]], "sequence": [[1.0], [1.0]]}
+    call, to_json = lstm.prepare("jacobian", inp)
+    jac = np.array(to_json(call()), dtype=float)
+    flat = np.concatenate([np.ravel(inp["main_params"]), np.ravel(inp["extra_params"])])
+    shapes = (np.shape(inp["main_params"]), np.shape(inp["extra_params"]))
+
+    def objective(v):
+        main = v[:flat.size - 3].reshape(shapes[0])
+        extra = v[flat.size - 3:].reshape(shapes[1])
+        run, to_float = lstm.prepare("objective", {**inp, "main_params": main.tolist(),
+                                                   "extra_params": extra.tolist()})
+        return to_float(run())
+    assert np.all(np.isfinite(jac)), jac
+    assert_derivative(jac, central_differences(objective, flat, h=1e-4))

@@ -70,6 +70,19 @@ def make_array_closure(a):
     return scaled
 
 
+V = np.array([1.0, 2.0, 3.0])
+
+
+@njit
+def indexed(x, k):          # reads V's data at run time: the code keeps it as a constant
+    return V[k] * x * x
+
+
+@njit
+def dotted(x):              # V's data handed to BLAS
+    return np.dot(V, V) * x * x
+
+
 @njit
 def looked_up(x):           # reads an array Numba cannot fold away, unchanged
     s = 0.0
@@ -85,18 +98,21 @@ import frozen
 f, g = frozen.f, frozen.make(2.0)
 a = frozen.np.array([2.0])
 h = frozen.make_array_closure(a)
-for fn in (f, g, frozen.weighted, h, frozen.looked_up):
+for fn in (f, g, frozen.weighted, h, frozen.looked_up, frozen.dotted):
     fn(0.5)                         # compiled with K = 1, k = 2, W[0] = 2, a[0] = 2
+frozen.indexed(0.5, 1)
 frozen.K = 4.0
 g.py_func.__closure__[0].cell_contents = 5.0
 frozen.W[0] = 5.0                   # changed in place: Numba still runs W[0] = 2
 a[0] = 5.0
+frozen.V[1] = 10.0                  # read at run time (V[k], BLAS): Numba still reads 2
 import enzpy
-from enzpy import Active, Reverse, autodiff
+from enzpy import Active, Const, Reverse, autodiff
 refusals = []
-for fn in (f, g, frozen.weighted, h):
+for fn, extra in ((f, ()), (g, ()), (frozen.weighted, ()), (h, ()),
+                  (frozen.indexed, (Const(1),)), (frozen.dotted, ())):
     try:
-        autodiff(Reverse, fn, Active(0.7))
+        autodiff(Reverse, fn, Active(0.7), *extra)
     except enzpy.UnsupportedError as error:
         refusals.append(str(error))
 f.recompile()                       # takes K = 4, as Numba documents
@@ -120,7 +136,8 @@ def test_values_changed_since_numba_compiled_before_import_are_refused(tmp_path)
                           capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    global_refusal, closure_refusal, array_refusal, closure_array_refusal = out["refusals"]
+    global_refusal, closure_refusal, array_refusal, closure_array_refusal, \
+        indexed_refusal, dotted_refusal = out["refusals"]
     assert "global 'K' was 1.0; it is now 4.0" in global_refusal
     assert "f.recompile()" in global_refusal
     assert "closure variable 'k' was 2.0; it is now 5.0" in closure_refusal
@@ -129,6 +146,9 @@ def test_values_changed_since_numba_compiled_before_import_are_refused(tmp_path)
     assert "global 'W' held other values" in array_refusal
     assert "weighted.recompile()" in array_refusal
     assert "closure variable 'a' held other values" in closure_array_refusal
+    # (before, V[k] and np.dot(V, V) went unnoticed: 2 * 0.7 * 10 where Numba runs 2 * 0.7 * 2)
+    assert "'indexed'" in indexed_refusal and "global 'V' held other values" in indexed_refusal
+    assert "'dotted'" in dotted_refusal and "global 'V' held other values" in dotted_refusal
     value, slope, weighted_slope = out["after_recompile"]
     assert abs(value - 4.0 * 0.49) < 1e-12 and abs(slope - 5.6) < 1e-12
     assert abs(weighted_slope - 7.0) < 1e-12

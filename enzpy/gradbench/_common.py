@@ -8,6 +8,8 @@ compiles and enzpy builds every derivative before anything is timed.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -37,6 +39,8 @@ def number(inp, name):
     v = field(inp, name)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise InputError(f"'{name}' must be a number, got {v!r}"[:200])
+    if not math.isfinite(v):
+        raise InputError(f"'{name}' must be a finite number, got {v!r}")
     return float(v)
 
 

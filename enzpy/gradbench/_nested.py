@@ -30,9 +30,8 @@ Two forms of the inner gradient exist in each eval module:
       ``hvp``, whatever the inner mode;
     - every inner gradient the outer derivative goes through costs one ``objmode`` round trip
       to Python (about 25 µs), so these evals measure the workaround, not nested AD;
-    - the rules take and return scalars, not arrays: a rule returning an array, called in a
-      loop, makes enzpy's reverse mode return a wrong derivative or corrupt the heap
-      (``scripts/gradbench_repro/rule_in_loop.py``).
+    - the rules take and return scalars (a particle's position and the saddle's points are two
+      numbers each), so the rule's signature stays that of the eval.
 """
 import sys
 

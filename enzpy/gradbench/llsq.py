@@ -6,7 +6,7 @@ from numba import njit
 
 import enzpy
 
-from ._common import array, integer, tofloat, tolist
+from ._common import InputError, array, integer, tofloat, tolist
 
 FUNCTIONS = ("primal", "gradient")
 
@@ -26,6 +26,8 @@ def llsq_objective(x, n):
 
 def prepare(function, inp):
     x = array(inp, "x", (None,))
+    if x.size == 0:
+        raise InputError("'x' must hold at least one coefficient")
     n = integer(inp, "n", minimum=2)
     if function == "primal":
         return (lambda: llsq_objective(x, n)), tofloat

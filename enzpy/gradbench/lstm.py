@@ -13,7 +13,9 @@ FUNCTIONS = ("objective", "jacobian")
 
 @njit
 def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
+    # (the logistic function through tanh: 1 / (1 + exp(-x)) overflows for large -x, and its
+    # derivative then multiplies 0 by inf)
+    return 0.5 * (np.tanh(0.5 * x) + 1.0)
 
 
 @njit

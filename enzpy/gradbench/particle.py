@@ -70,7 +70,7 @@ def _plain_accel(grad):
 def _rules_accel(grad):
     """The inner gradient behind a scalar signature with defvjp/defjvp rules; the VJP and
     JVP of x -> grad_x p(x, w) are products with the Hessian of p in (x0, x1, w) (symmetric),
-    by enzpy.hvp. Scalars: see _nested (rule_in_loop.py)."""
+    by enzpy.hvp. Scalars: see _nested."""
     @njit
     def inner(x0, x1, w):
         g = grad(np.array([x0, x1]), w)

@@ -62,7 +62,7 @@ def _make_gradients():
 def _rules_grad(grad):
     """The inner gradient behind a scalar signature with defvjp/defjvp rules; the VJP and
     JVP of (p1, p2) -> d f / d p2 are products with the Hessian of f in (p1, p2)
-    (symmetric), by enzpy.hvp. Scalars: see _nested (rule_in_loop.py)."""
+    (symmetric), by enzpy.hvp. Scalars: see _nested."""
     @njit
     def inner(a0, a1, b0, b1):
         g = grad(np.array([a0, a1]), np.array([b0, b1]))
