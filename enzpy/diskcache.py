@@ -146,16 +146,26 @@ def read(key):
         return None
     path = _path(folder, key)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # (non-blocking: opening a FIFO put in the entry's place must not wait for a writer)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fh.fileno())
-        if not stat.S_ISREG(info.st_mode) or not _private(info):
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            _warn_once(path, f"enzpy: ignoring cache entry {path}: not a regular file")
+            return None
+        if not _private(info):
             _warn_once(path, f"enzpy: ignoring cache entry {path}: owned by another user or "
                              f"writable by others")
             return None
-        data = fh.read()
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     header = len(_MAGIC) + 65
     body = data[header:]
     if not data.startswith(_MAGIC) or \

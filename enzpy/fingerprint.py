@@ -34,10 +34,13 @@ import llvmlite
 import numba
 import numpy as np
 from numba import types
+from numba.core import ir as numba_ir
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
 
-FORMAT = 1
+from . import remat
+
+FORMAT = 2          # (2: files recorded with their module's name)
 
 
 class NotCacheable(Exception):
@@ -51,7 +54,7 @@ def _real(path) -> str:
 _ENZPY_DIR = os.path.dirname(_real(__file__))
 # code whose every change comes with a new version in the key
 _VERSIONED_DIRS = (os.path.dirname(_real(numba.__file__)) + os.sep, _ENZPY_DIR + os.sep)
-_LIBRARY_DIRS = tuple(sorted({_real(p) for p in (
+_LIBRARY_DIRS = tuple(sorted({_real(p) + os.sep for p in (
     sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
     sysconfig.get_paths()["platlib"], os.path.dirname(os.path.dirname(numba.__file__)),
     os.path.dirname(os.path.dirname(np.__file__)), _ENZPY_DIR)}))
@@ -122,11 +125,25 @@ class Fingerprint:
         code = fn.__code__
         if is_library_file(code.co_filename):
             self.add("library function", fn.__module__, fn.__qualname__)
+            if not _real(code.co_filename).startswith(_VERSIONED_DIRS) and self._once(fn):
+                # (an installed package's code is covered by its file's hash, see
+                # uncovered_files; the values a function of it closes over are not)
+                self._frozen_parameters(fn, _names_used(code))
             return
         if not self._once(fn):
             return
         self.add("function", fn.__qualname__)
         names = self._code(code)
+        self._frozen_parameters(fn, names)
+        for name in sorted(names):
+            if name in fn.__globals__:
+                self.add("global", name)
+                self.value(fn.__globals__[name], names, name)
+            elif hasattr(builtins, name):
+                self.add("builtin", name)
+
+    def _frozen_parameters(self, fn, names):
+        """The default values and closure variables of ``fn``."""
         for value in fn.__defaults__ or ():
             self.value(value, names)
         for name, value in sorted((fn.__kwdefaults__ or {}).items()):
@@ -139,12 +156,6 @@ class Fingerprint:
                 self.add("empty cell")
                 continue
             self.value(contents, names)
-        for name in sorted(names):
-            if name in fn.__globals__:
-                self.add("global", name)
-                self.value(fn.__globals__[name], names, name)
-            elif hasattr(builtins, name):
-                self.add("builtin", name)
 
     def _code(self, code) -> set:
         """Hash a code object and those nested in it; returns every name they use."""
@@ -179,7 +190,7 @@ class Fingerprint:
         elif isinstance(v, np.generic):
             self.add("scalar", v.dtype.str, v.item())
         elif isinstance(v, (tuple, list)):
-            self.add(type(v).__qualname__, len(v))
+            self.add(type(v).__qualname__, len(v), getattr(type(v), "_fields", None))
             for item in v:
                 self.value(item, names, label)
         elif isinstance(v, Dispatcher):
@@ -269,6 +280,8 @@ class Fingerprint:
                 self.numba_type(item)
         elif isinstance(ty, (types.List, types.ListType)):
             self.numba_type(ty.dtype)
+        if isinstance(ty, types.BaseNamedTuple):      # (its text names no field)
+            self.add("fields", ty.fields)
         self.add(_ADDRESS.sub("", str(ty)))
 
 
@@ -291,10 +304,11 @@ def _enzpy_source_digest() -> str:
 
 
 def environment() -> tuple:
-    """What the machine code depends on beside the program: versions and the CPU."""
+    """What the machine code depends on beside the program: versions, the CPU and
+    the rematerialization setting."""
     return (FORMAT, _enzpy_source_digest(), numba.__version__, llvmlite.__version__,
             np.__version__, sys.version, cpu_target.target_context.codegen().magic_tuple(),
-            repr(numba.config.OPT), numba.config.BOUNDSCHECK)
+            repr(numba.config.OPT), numba.config.BOUNDSCHECK, remat.greedy())
 
 
 def _field_type_text(ty) -> str:
@@ -396,9 +410,9 @@ _KERNEL_FOLDER = re.compile(r"ipykernel_\d+")
 
 
 # -- callees the walk did not reach ----------------------------------------------------
-def _uncovered_functions(fp, lowered):
-    """The Python functions of the Numba functions a build lowered that the
-    fingerprint's walk did not cover (an ``@overload`` implementation, an
+def _uncovered(fp, lowered):
+    """(Python function, Lowered) of the Numba functions a build lowered that
+    the fingerprint's walk did not cover (an ``@overload`` implementation, an
     installed package's helper: only Numba's and enzpy's own come with a
     version in the key)."""
     for low in lowered.values():
@@ -407,20 +421,27 @@ def _uncovered_functions(fp, lowered):
         if code is None or code in fp.codes or getattr(fn, "_enzpy_generated", False) or \
                 _real(code.co_filename).startswith(_VERSIONED_DIRS):
             continue
-        yield fn
+        yield fn, low
 
 
 def uncovered_files(fp, lowered) -> dict:
-    """{source file: content hash} of the uncovered functions (see
-    ``_uncovered_functions``); raises NotCacheable for one that has no source
-    file."""
+    """{source file: [content hash, module name]} of the uncovered functions
+    (see ``_uncovered``); raises NotCacheable for one that has no source file,
+    or whose code is not the file's any more (edited since it was imported)."""
     files = {}
-    for fn in _uncovered_functions(fp, lowered):
+    for fn, _ in _uncovered(fp, lowered):
         path = fn.__code__.co_filename
         if not os.path.isfile(path):
             raise NotCacheable(f"'{fn.__qualname__}' is generated code ({path}) that "
                                f"enzpy cannot trace back to a source file")
-        files[path] = file_digest(path)
+        module = sys.modules.get(fn.__module__)
+        if module is None:
+            raise NotCacheable(f"'{fn.__qualname__}' belongs to no imported module "
+                               f"({fn.__module__!r}): a later process cannot tell it apart")
+        if not _compiled_from_file(fn.__code__, path) or _module_is_file(module, path) is False:
+            raise NotCacheable(f"the code of '{fn.__qualname__}' is not that of its file "
+                               f"{path} (edited since it was imported)")
+        files[path] = [file_digest(path), fn.__module__]
     return files
 
 
@@ -428,19 +449,93 @@ def uncovered_values(fp, lowered) -> dict:
     """{"module:name": digest} of the globals the uncovered functions read,
     and of the attributes they read of modules held in globals (a constants
     module an ``@overload`` implementation reads: its own file's hash does not
-    cover it). Recorded only for code lowered from today's values."""
+    cover it). Recorded only for code lowered from today's values: a global
+    Numba froze with another value (the function compiled before it changed)
+    raises NotCacheable."""
     values = {}
-    for fn in _uncovered_functions(fp, lowered):
+    for fn, low in _uncovered(fp, lowered):
         names = _names_used(fn.__code__)
+        frozen = {name: value for (kind, name), value in frozen_values(low.cres).items()
+                  if kind == "Global"}
         for name in sorted(names & set(fn.__globals__)):
             v = fn.__globals__[name]
             if not isinstance(v, pytypes.ModuleType):
-                values[f"{fn.__globals__.get('__name__')}:{name}"] = value_digest(v)
+                digest = value_digest(v)
+                if name in frozen and frozen[name] is not v and value_digest(frozen[name]) != digest:
+                    raise NotCacheable(f"Numba compiled '{fn.__qualname__}' when its global "
+                                       f"'{name}' held another value than it holds now")
+                values[f"{fn.__globals__.get('__name__')}:{name}"] = digest
             elif getattr(v, "__file__", None) and \
                     not _real(v.__file__).startswith(_VERSIONED_DIRS):
                 for attr in sorted(a for a in names if hasattr(v, a)):
                     values[f"{v.__name__}:{attr}"] = value_digest(getattr(v, attr))
     return values
+
+
+def frozen_values(cres) -> dict:
+    """The globals and closure variables Numba froze into a compiled function,
+    by (kind, name) (empty for one it loaded from its cache: it keeps no IR)."""
+    annotation = cres.type_annotation
+    if not hasattr(annotation, "blocks"):      # (None, or text for a cached function)
+        return {}
+    return {(type(stmt.value).__name__, stmt.value.name): stmt.value.value
+            for block in annotation.blocks.values() for stmt in block.body
+            if isinstance(stmt, numba_ir.Assign)
+            and isinstance(stmt.value, (numba_ir.Global, numba_ir.FreeVar))}
+
+
+_file_codes: dict = {}       # (path, mtime, size) -> {(qualified name, first line): code}
+
+
+def _codes_of_file(path) -> dict:
+    """The code objects Python compiles from ``path`` today, by qualified name
+    and first line (empty if it does not compile)."""
+    stat = os.stat(path)
+    stamp = (path, stat.st_mtime_ns, stat.st_size)
+    found = _file_codes.get(stamp)
+    if found is None:
+        found = {}
+        try:
+            with open(path, "rb") as fh:
+                # (dont_inherit: compiled as an import does, without this module's
+                # __future__ flags)
+                pending = [compile(fh.read(), path, "exec", dont_inherit=True)]
+        except (OSError, SyntaxError, ValueError):
+            pending = []
+        while pending:
+            code = pending.pop()
+            for const in code.co_consts:
+                if isinstance(const, pytypes.CodeType):
+                    found[const.co_qualname, const.co_firstlineno] = const
+                    pending.append(const)
+        _file_codes[stamp] = found
+    return found
+
+
+def _compiled_from_file(code, path) -> bool:
+    """``code`` is what ``path`` compiles to today (the file is not edited since)."""
+    try:
+        return _codes_of_file(path).get((code.co_qualname, code.co_firstlineno)) == code
+    except OSError:
+        return False
+
+
+def _module_is_file(module, path):
+    """Whether ``module`` was imported from ``path`` as it is today (every
+    function defined at its top level compiles from the file unchanged); None
+    for a module that has no file (a notebook's ``__main__``)."""
+    module_file = getattr(module, "__file__", None)
+    if not module_file:
+        return None
+    if _real(module_file) != _real(path):
+        return False
+    for value in list(vars(module).values()):
+        fn = getattr(value, "py_func", value)
+        code = getattr(fn, "__code__", None)
+        if isinstance(code, pytypes.CodeType) and code.co_filename == path and \
+                not _compiled_from_file(code, path):
+            return False
+    return True
 
 
 def values_unchanged(values: dict) -> bool:
@@ -486,10 +581,17 @@ def file_digest(path) -> str:
 
 
 def files_unchanged(files: dict) -> bool:
-    for path, digest in files.items():
+    """The files an entry recorded (``uncovered_files``) are those this
+    process imported, unchanged: the same contents, and the modules named
+    imported from them as they are (another module of the same name, or a
+    file edited since its import, is another program)."""
+    for path, (digest, module_name) in files.items():
         try:
             if file_digest(path) != digest:
                 return False
         except OSError:
+            return False
+        module = sys.modules.get(module_name)
+        if module is None or _module_is_file(module, path) is False:
             return False
     return True

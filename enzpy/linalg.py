@@ -354,6 +354,8 @@ def _det_cofactors_bwd(res, g):
     if ainv_t.shape[0] != cofactors.shape[0]:
         raise np.linalg.LinAlgError("second derivatives of det at a singular matrix: "
                                     "Matrix is singular to machine precision.")
+    # (det of a float32 matrix is a float64, and so are its cofactors: '@' takes one dtype)
+    ainv_t = ainv_t.astype(cofactors.dtype)
     return ((gd + np.sum(gc * ainv_t)) * cofactors - d * (ainv_t @ gc.T @ ainv_t),)
 
 

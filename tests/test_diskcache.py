@@ -1009,3 +1009,179 @@ def test_recompile_takes_the_new_globals_in_the_derivative_too():
     ((d,),) = autodiff(Reverse, f, Active(0.7))
     assert f(0.7) == pytest.approx(1.96) and d == pytest.approx(5.6, rel=1e-12)
     assert enzpy.hvp(f, 0.7, 1.0) == pytest.approx(8.0)
+
+
+# -- what the key and an entry's checks must tell apart (found by a review) -----------
+Params = __import__("collections").namedtuple("Params", "a b")
+SWAPPED = __import__("collections").namedtuple("Params", "b a")
+PARAMS = Params(1.0, 2.0)
+
+
+@njit
+def _reads_params(v):
+    return v * PARAMS.a
+
+
+@njit
+def _reads_argument(v, p):
+    return v * p.a
+
+
+def test_the_key_covers_the_field_names_of_named_tuple_values(monkeypatch):
+    """A global named tuple, or one passed as Const, with the same type name and values
+    but fields in another order, read ``p.a`` from another place (3 loaded for 6)."""
+    before = _key(_reads_params, Active(1.0))
+    before_argument = _key(_reads_argument, Active(1.0), Const(Params(1.0, 2.0)))
+    monkeypatch.setitem(_reads_params.py_func.__globals__, "PARAMS", SWAPPED(1.0, 2.0))
+    assert _key(_reads_params, Active(1.0)) != before
+    assert _key(_reads_argument, Active(1.0), Const(SWAPPED(1.0, 2.0))) != before_argument
+
+
+def test_an_installed_packages_closures_key_the_entry(tmp_path, monkeypatch):
+    """A jitted closure an installed package makes (``model = pkg.make_model(c)``) is
+    named, not walked; the values it closes over are in the key all the same."""
+    package = tmp_path / "site"
+    package.mkdir()
+    (package / "fake_installed_pkg.py").write_text(textwrap.dedent('''
+        from numba import njit
+
+        def make_model(c):
+            @njit
+            def model(v):
+                return c * v * v
+            return model
+    '''))
+    monkeypatch.syspath_prepend(str(package))
+    monkeypatch.setattr(fingerprint, "_LIBRARY_DIRS",
+                        fingerprint._LIBRARY_DIRS + (os.path.realpath(package) + os.sep,))
+    monkeypatch.setattr(fingerprint, "_library_files", {})
+    import fake_installed_pkg
+    assert fingerprint.is_library_file(fake_installed_pkg.__file__)
+    keys = {_key(fake_installed_pkg.make_model(c), Active(1.0)) for c in (2.0, 5.0)}
+    assert len(keys) == 2
+
+
+def test_a_folder_named_like_a_library_folder_is_the_users():
+    """``.../enzpy_notes/`` beside the enzpy package is not enzpy's code."""
+    assert fingerprint.is_library_file(os.path.join(fingerprint._ENZPY_DIR, "api.py"))
+    assert not fingerprint.is_library_file(fingerprint._ENZPY_DIR + "_notes" + os.sep + "x.py")
+
+
+def test_an_overload_compiled_with_an_earlier_global_is_not_cached(tmp_path, monkeypatch):
+    """Numba compiled the implementation (for another function) when K was 2; K is 6 when
+    the derivative is built from that code: stored under K = 6, a later process with K = 6
+    loaded the derivative of K = 2."""
+    monkeypatch.setenv("ENZPY_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "frozen_overload_helper.py").write_text(textwrap.dedent('''
+        from numba.extending import overload
+        K = 2.0
+
+        def h(x):
+            return x
+
+        @overload(h)
+        def _h(x):
+            def impl(x):
+                return K * x * x
+            return impl
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import frozen_overload_helper as helper
+
+    @njit
+    def other(v):
+        return helper.h(v) + 1.0
+
+    @njit
+    def f(v):
+        return helper.h(v)
+
+    other(1.0)
+    monkeypatch.setattr(helper, "K", 6.0)
+    (d,), = autodiff(Reverse, f, Active(1.5))
+    assert d == pytest.approx(2.0 * 2.0 * 1.5)      # the code Numba runs: K = 2
+    report = enzpy.build_report(f)[-1]
+    assert report.cache.startswith("not cached") and "'K'" in report.cache, report.cache
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_something_else_than_a_file_at_an_entrys_place_is_a_miss(tmp_path, monkeypatch, kind):
+    """(a directory raised InternalError; a FIFO hung the process)"""
+    monkeypatch.setenv("ENZPY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(diskcache, "_warned", set())
+    folder = diskcache.directory()
+    os.makedirs(folder, exist_ok=True)
+    key = "0" * 64
+    path = diskcache._path(folder, key)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.mkdir(path) if kind == "directory" else os.mkfifo(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert diskcache.read(key) is None
+    assert any("not a regular file" in str(w.message) for w in caught)
+
+
+OVERLOAD_RUN = '''
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import enzpy
+from enzpy import Active, Reverse, autodiff
+from numba import njit
+import stubs, impl                      # impl: the backend folder's, first on sys.path
+if os.environ.get("EDIT_AFTER_IMPORT"):
+    with open(impl.__file__, "w") as fh:
+        fh.write(os.environ["EDIT_AFTER_IMPORT"])
+
+
+@njit
+def f(x):
+    return stubs.h(x)
+
+
+(d,), = autodiff(Reverse, f, Active(1.5))
+print(json.dumps({"d": d, "slope": (f(1.5 + 1e-6) - f(1.5 - 1e-6)) / 2e-6,
+                  "cache": enzpy.build_report(f)[-1].cache}))
+'''
+STUB = "def h(x):\n    return x\n"
+BACKEND = '''
+from numba.extending import overload
+import stubs
+
+
+@overload(stubs.h)
+def _h(x):
+    def impl(x):
+        return {k} * x * x
+    return impl
+'''
+
+
+def _run_backend(tmp_path, backend, **env):
+    environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
+                       ENZPY_CACHE_DIR=str(tmp_path / "cache"),
+                       PYTHONPATH=str(tmp_path / backend), **env)
+    done = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path)],
+                          capture_output=True, text=True, env=environment, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["d"] == pytest.approx(result["slope"], rel=1e-6), result
+    return result
+
+
+def test_an_entry_is_loaded_only_with_the_modules_it_was_built_from(tmp_path):
+    """Two folders each hold an ``impl`` module overloading the same stub, chosen by
+    ``sys.path``: the entry built with one was loaded with the other (its file unchanged
+    on disk). And a file edited after its import: the entry held the code the process ran
+    under the new file's hash, and a later process running the new code loaded it."""
+    (tmp_path / "run.py").write_text(OVERLOAD_RUN)
+    (tmp_path / "stubs.py").write_text(STUB)
+    for backend, k in (("a", "1.0"), ("b", "2.25")):
+        (tmp_path / backend).mkdir()
+        (tmp_path / backend / "impl.py").write_text(BACKEND.format(k=k))
+    assert _run_backend(tmp_path, "a")["cache"] == "stored"
+    assert _run_backend(tmp_path, "a")["cache"] == "loaded"
+    assert _run_backend(tmp_path, "b")["cache"] == "stored"          # (was: loaded, 3.0)
+    edited = _run_backend(tmp_path, "b", EDIT_AFTER_IMPORT=BACKEND.format(k="4.0"))
+    assert edited["d"] == pytest.approx(2 * 2.25 * 1.5)
+    assert "edited since it was imported" in edited["cache"], edited
+    assert _run_backend(tmp_path, "b")["d"] == pytest.approx(2 * 4.0 * 1.5)

@@ -407,6 +407,10 @@ def test_det_second_order_through_its_cofactors_rule():
     np.testing.assert_allclose(enzpy.hvp(_det_squared, a, v), expected, rtol=1e-6, atol=1e-6)
     with pytest.raises(np.linalg.LinAlgError, match="second derivatives of det"):
         enzpy.hvp(_det_squared, np.array([[1.0, 2.0], [2.0, 4.0]]), np.ones((2, 2)))
+    # float32: det is a float64 (as Numba's), its cofactors too (the rule failed to compile)
+    single = enzpy.hvp(_det_squared, a.astype(np.float32), v.astype(np.float32))
+    assert single.dtype == np.float32
+    np.testing.assert_allclose(single, expected, rtol=2e-3, atol=2e-3 * np.abs(expected).max())
 
 
 # -- cholesky, eigh and eigvalsh read the lower triangle only --------------------------------
