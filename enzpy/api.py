@@ -19,6 +19,7 @@ from .arguments import (aliasing_message, arrays_in, check_shadow, conflicting_o
                         restore_reference_fields, share_memory, star_parameter,
                         strided_like, unlike_shadows_message)
 from .cache import STATS
+from .errors import exception_set_by
 from .pipeline import build, entries as _entries, fast_paths as _fast_paths
 from .pipeline import reports as _reports, typed_signature
 
@@ -369,7 +370,10 @@ def _differentiate(mode, f, disp, args):
     held = [field for a in args
             if mode.reverse and type(a) is Duplicated and not isinstance(a.val, np.ndarray)
             for field in reference_fields(a.dval)]
-    out = entry.call(*values, *shadows)
+    try:
+        out = entry.call(*values, *shadows)
+    except SystemError as error:
+        raise exception_set_by(error) from None
     restore_reference_fields(held)
     if copies:
         for dx, stand_in in copies:

@@ -12,3 +12,13 @@ class InternalError(RuntimeError):
 class RuleError(TypeError):
     """A custom derivative rule that does not fit its function (signature,
     number, types or shapes of what it returns), found when it is used."""
+
+
+def exception_set_by(error: SystemError) -> BaseException:
+    """The exception native code set while still returning a result (a parallel
+    loop's body raising in a worker thread: CPython reports a SystemError caused
+    by it), else ``error`` itself."""
+    cause = error.__cause__
+    if cause is not None and "returned a result with an exception set" in str(error):
+        return cause
+    return error

@@ -21,6 +21,7 @@ import weakref
 import numpy as np
 
 from .arguments import conflicting_shadows, overlaps_itself, share_memory
+from .errors import exception_set_by
 
 MISS = object()
 # Fast paths kept per (dispatcher, mode): most recent first.
@@ -46,7 +47,7 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
     active, const, duplicated = annotations
     names = {"MISS": MISS, "ndarray": np.ndarray, "share": share_memory,
              "overlapping": overlaps_itself, "conflicting": conflicting_shadows,
-             "unmatched": _unmatched,
+             "unmatched": _unmatched, "exception_set_by": exception_set_by,
              "ref": weakref.ref,
              "call": entry.call, "report": entry.report, "stats": stats,
              "float_tangents": float_tangents,
@@ -138,7 +139,9 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
               f"        out = call({', '.join(values + shadows)})",
               "    except TypeError as error:",
               "        if unmatched(error): return MISS",
-              "        raise"]
+              "        raise",
+              "    except SystemError as error:",
+              "        raise exception_set_by(error) from None"]
     lines.append("    stats.hits += 1")
     if mode.reverse:
         if list(entry.adjoint_counts) != [1] * len(entry.active_positions):

@@ -212,8 +212,9 @@ class ShadowMemory:
         the first checked store of the function."""
         message = (f"a value that depends on the differentiated inputs is written into "
                    f"memory that has no derivative at run time{self._where(ins)}: the "
-                   f"array written is held in a Const container (numba.typed.Dict or "
-                   f"numba.typed.List) or is a Const array inside a Duplicated one, and its "
+                   f"array written has no shadow (an argument passed as Const, an array "
+                   f"held in a Const container such as numba.typed.Dict or "
+                   f"numba.typed.List, or a Const array inside a Duplicated one), and its "
                    f"derivative would be lost; pass the array itself as Duplicated, or "
                    f"keep it in a tuple, list or jitclass object passed as Duplicated "
                    f"(typed dictionaries and lists cannot be)")

@@ -240,3 +240,21 @@ def test_reverse_loop_calling_into_python_for_the_first_time_does_not_deadlock(t
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert float(done.stdout.split()[-1]) < 1e-6
+
+
+@njit(parallel=True)
+def _writes_a_const_argument(x, out):
+    for i in prange(x.shape[0]):
+        out[i] = math.sin(x[i]) * x[(i + 1) % x.shape[0]]
+    return out.sum()
+
+
+@pytest.mark.parametrize("mode", [Reverse, Forward])
+def test_a_parallel_loop_writing_into_a_const_argument_is_refused_by_its_own_error(mode):
+    """(it came out as CPython's SystemError 'returned a result with an exception set',
+    the UnsupportedError only in its cause, which spoke of Const containers)"""
+    x = np.linspace(0.1, 1.0, 10)
+    with pytest.raises(enzpy.UnsupportedError, match="has no shadow .an argument passed as "
+                                                     "Const"):
+        autodiff(mode, _writes_a_const_argument, Duplicated(x, np.ones(10)),
+                 Const(np.zeros(10)))
