@@ -138,6 +138,9 @@ def _path(folder, key) -> str:
     return os.path.join(folder, key + _SUFFIX)
 
 
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)      # (Windows has no FIFOs, nor the flag)
+
+
 def read(key):
     """The (index, payload) stored under ``key``, or None (missing, stale,
     corrupted or not private)."""
@@ -147,7 +150,7 @@ def read(key):
     path = _path(folder, key)
     try:
         # (non-blocking: opening a FIFO put in the entry's place must not wait for a writer)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
     try:
@@ -159,7 +162,8 @@ def read(key):
             _warn_once(path, f"enzpy: ignoring cache entry {path}: owned by another user or "
                              f"writable by others")
             return None
-        os.set_blocking(fd, True)
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
         with os.fdopen(os.dup(fd), "rb") as fh:
             data = fh.read()
     except OSError:
@@ -360,9 +364,7 @@ def _load(key, codegen, depth=0, accept=lambda index: True):
     index, payload = stored
     if not accept(index):
         return None
-    if not fingerprint.files_unchanged(index["files"]) or \
-            not fingerprint.values_unchanged(index.get("values", {})) or \
-            _object_digest(payload) != index["object_digest"]:
+    if _object_digest(payload) != index["object_digest"]:
         return None
     if depth and index["relocations"]:
         return None          # (relocated by the build that needs it, not as a dependency)

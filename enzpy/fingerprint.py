@@ -10,14 +10,14 @@ functions, plain functions, user modules' attributes, jitclasses); code that
 lives in an installed library (NumPy, Numba, the standard library) is named,
 not walked: the versions cover it.
 
-Some callees are not reachable by name (an ``@overload`` implementation, a
-function passed through a container): the build records the source files of
-every Numba function it lowered that the walk did not cover, with a hash of
-their contents, and the values of the globals they read, and a cached entry
-is only used while those are unchanged (``files_unchanged``,
-``values_unchanged``). A value enzpy cannot fingerprint (an object
-whose ``repr`` is its address) makes the derivative uncacheable
-(``NotCacheable``), never wrongly cached.
+Some callees are not reachable by name (an ``@overload`` implementation, an
+installed package's helper, a function passed through a container): a
+derivative whose build lowered any (``uncovered_callees``) is keyed by the
+code Numba compiled (``primal_digest`` of the linked IR: the code, the values
+frozen into it, whichever implementation Numba chose), which a later process
+lowers again to compare. A value enzpy cannot fingerprint (an object whose
+``repr`` is its address) makes the derivative uncacheable (``NotCacheable``),
+never wrongly cached.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from numba.core.registry import cpu_target
 
 from . import remat
 
-FORMAT = 2          # (2: files recorded with their module's name)
+FORMAT = 2          # (2: entries reaching uncovered callees keyed by their code)
 
 
 class NotCacheable(Exception):
@@ -125,25 +125,11 @@ class Fingerprint:
         code = fn.__code__
         if is_library_file(code.co_filename):
             self.add("library function", fn.__module__, fn.__qualname__)
-            if not _real(code.co_filename).startswith(_VERSIONED_DIRS) and self._once(fn):
-                # (an installed package's code is covered by its file's hash, see
-                # uncovered_files; the values a function of it closes over are not)
-                self._frozen_parameters(fn, _names_used(code))
             return
         if not self._once(fn):
             return
         self.add("function", fn.__qualname__)
         names = self._code(code)
-        self._frozen_parameters(fn, names)
-        for name in sorted(names):
-            if name in fn.__globals__:
-                self.add("global", name)
-                self.value(fn.__globals__[name], names, name)
-            elif hasattr(builtins, name):
-                self.add("builtin", name)
-
-    def _frozen_parameters(self, fn, names):
-        """The default values and closure variables of ``fn``."""
         for value in fn.__defaults__ or ():
             self.value(value, names)
         for name, value in sorted((fn.__kwdefaults__ or {}).items()):
@@ -156,6 +142,12 @@ class Fingerprint:
                 self.add("empty cell")
                 continue
             self.value(contents, names)
+        for name in sorted(names):
+            if name in fn.__globals__:
+                self.add("global", name)
+                self.value(fn.__globals__[name], names, name)
+            elif hasattr(builtins, name):
+                self.add("builtin", name)
 
     def _code(self, code) -> set:
         """Hash a code object and those nested in it; returns every name they use."""
@@ -410,66 +402,21 @@ _KERNEL_FOLDER = re.compile(r"ipykernel_\d+")
 
 
 # -- callees the walk did not reach ----------------------------------------------------
-def _uncovered(fp, lowered):
-    """(Python function, Lowered) of the Numba functions a build lowered that
-    the fingerprint's walk did not cover (an ``@overload`` implementation, an
+def uncovered_callees(fp, lowered) -> list:
+    """The qualified names of the Numba functions a build lowered that the
+    fingerprint's walk did not cover (an ``@overload`` implementation, an
     installed package's helper: only Numba's and enzpy's own come with a
-    version in the key)."""
+    version in the key). A derivative reaching any is keyed by the code Numba
+    compiled instead (``primal_digest``), which a later process lowers to compare."""
+    names = []
     for low in lowered.values():
         fn = getattr(low.dispatcher, "py_func", None)
         code = getattr(fn, "__code__", None)
         if code is None or code in fp.codes or getattr(fn, "_enzpy_generated", False) or \
                 _real(code.co_filename).startswith(_VERSIONED_DIRS):
             continue
-        yield fn, low
-
-
-def uncovered_files(fp, lowered) -> dict:
-    """{source file: [content hash, module name]} of the uncovered functions
-    (see ``_uncovered``); raises NotCacheable for one that has no source file,
-    or whose code is not the file's any more (edited since it was imported)."""
-    files = {}
-    for fn, _ in _uncovered(fp, lowered):
-        path = fn.__code__.co_filename
-        if not os.path.isfile(path):
-            raise NotCacheable(f"'{fn.__qualname__}' is generated code ({path}) that "
-                               f"enzpy cannot trace back to a source file")
-        module = sys.modules.get(fn.__module__)
-        if module is None:
-            raise NotCacheable(f"'{fn.__qualname__}' belongs to no imported module "
-                               f"({fn.__module__!r}): a later process cannot tell it apart")
-        if not _compiled_from_file(fn.__code__, path) or _module_is_file(module, path) is False:
-            raise NotCacheable(f"the code of '{fn.__qualname__}' is not that of its file "
-                               f"{path} (edited since it was imported)")
-        files[path] = [file_digest(path), fn.__module__]
-    return files
-
-
-def uncovered_values(fp, lowered) -> dict:
-    """{"module:name": digest} of the globals the uncovered functions read,
-    and of the attributes they read of modules held in globals (a constants
-    module an ``@overload`` implementation reads: its own file's hash does not
-    cover it). Recorded only for code lowered from today's values: a global
-    Numba froze with another value (the function compiled before it changed)
-    raises NotCacheable."""
-    values = {}
-    for fn, low in _uncovered(fp, lowered):
-        names = _names_used(fn.__code__)
-        frozen = {name: value for (kind, name), value in frozen_values(low.cres).items()
-                  if kind == "Global"}
-        for name in sorted(names & set(fn.__globals__)):
-            v = fn.__globals__[name]
-            if not isinstance(v, pytypes.ModuleType):
-                digest = value_digest(v)
-                if name in frozen and frozen[name] is not v and value_digest(frozen[name]) != digest:
-                    raise NotCacheable(f"Numba compiled '{fn.__qualname__}' when its global "
-                                       f"'{name}' held another value than it holds now")
-                values[f"{fn.__globals__.get('__name__')}:{name}"] = digest
-            elif getattr(v, "__file__", None) and \
-                    not _real(v.__file__).startswith(_VERSIONED_DIRS):
-                for attr in sorted(a for a in names if hasattr(v, a)):
-                    values[f"{v.__name__}:{attr}"] = value_digest(getattr(v, attr))
-    return values
+        names.append(fn.__qualname__)
+    return names
 
 
 def frozen_values(cres) -> dict:
@@ -484,114 +431,8 @@ def frozen_values(cres) -> dict:
             and isinstance(stmt.value, (numba_ir.Global, numba_ir.FreeVar))}
 
 
-_file_codes: dict = {}       # (path, mtime, size) -> {(qualified name, first line): code}
-
-
-def _codes_of_file(path) -> dict:
-    """The code objects Python compiles from ``path`` today, by qualified name
-    and first line (empty if it does not compile)."""
-    stat = os.stat(path)
-    stamp = (path, stat.st_mtime_ns, stat.st_size)
-    found = _file_codes.get(stamp)
-    if found is None:
-        found = {}
-        try:
-            with open(path, "rb") as fh:
-                # (dont_inherit: compiled as an import does, without this module's
-                # __future__ flags)
-                pending = [compile(fh.read(), path, "exec", dont_inherit=True)]
-        except (OSError, SyntaxError, ValueError):
-            pending = []
-        while pending:
-            code = pending.pop()
-            for const in code.co_consts:
-                if isinstance(const, pytypes.CodeType):
-                    found[const.co_qualname, const.co_firstlineno] = const
-                    pending.append(const)
-        _file_codes[stamp] = found
-    return found
-
-
-def _compiled_from_file(code, path) -> bool:
-    """``code`` is what ``path`` compiles to today (the file is not edited since)."""
-    try:
-        return _codes_of_file(path).get((code.co_qualname, code.co_firstlineno)) == code
-    except OSError:
-        return False
-
-
-def _module_is_file(module, path):
-    """Whether ``module`` was imported from ``path`` as it is today (every
-    function defined at its top level compiles from the file unchanged); None
-    for a module that has no file (a notebook's ``__main__``)."""
-    module_file = getattr(module, "__file__", None)
-    if not module_file:
-        return None
-    if _real(module_file) != _real(path):
-        return False
-    for value in list(vars(module).values()):
-        fn = getattr(value, "py_func", value)
-        code = getattr(fn, "__code__", None)
-        if isinstance(code, pytypes.CodeType) and code.co_filename == path and \
-                not _compiled_from_file(code, path):
-            return False
-    return True
-
-
-def values_unchanged(values: dict) -> bool:
-    for key, digest in values.items():
-        module_name, _, name = key.rpartition(":")
-        module = sys.modules.get(module_name)
-        if module is None or not hasattr(module, name):
-            return False
-        try:
-            if value_digest(getattr(module, name)) != digest:
-                return False
-        except NotCacheable:
-            return False
-    return True
-
-
-def _names_used(code) -> set:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, pytypes.CodeType):
-            names |= _names_used(const)
-    return names
-
-
 def value_digest(v) -> str:
     """The fingerprint of one value alone (raises NotCacheable as ``Fingerprint.value``)."""
     fp = Fingerprint()
     fp.value(v)
     return fp.key
-
-
-_file_digests: dict = {}
-
-
-def file_digest(path) -> str:
-    stat = os.stat(path)
-    stamp = (path, stat.st_mtime_ns, stat.st_size)
-    found = _file_digests.get(stamp)
-    if found is None:
-        with open(path, "rb") as fh:
-            found = _file_digests[stamp] = hashlib.sha256(fh.read()).hexdigest()
-    return found
-
-
-def files_unchanged(files: dict) -> bool:
-    """The files an entry recorded (``uncovered_files``) are those this
-    process imported, unchanged: the same contents, and the modules named
-    imported from them as they are (another module of the same name, or a
-    file edited since its import, is another program)."""
-    for path, (digest, module_name) in files.items():
-        try:
-            if file_digest(path) != digest:
-                return False
-        except OSError:
-            return False
-        module = sys.modules.get(module_name)
-        if module is None or _module_is_file(module, path) is False:
-            return False
-    return True

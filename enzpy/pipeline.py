@@ -393,11 +393,19 @@ class Build:
                 self.fingerprint = None
                 self.report.cache = "not cached: its cache entry did not load"
                 return None
+            keyed_by_code = []
+
+            def built_from_covered_code(index):
+                # (an entry whose build reached code the key does not cover is used only
+                # if built from the code Numba compiles today: see uncovered_callees)
+                keyed_by_code.append(index["keyed_by_code"])
+                return not index["keyed_by_code"]
             if not compiled:
-                self.machine, self.report.cache = diskcache.find(self.fingerprint, codegen)
+                self.machine, self.report.cache = diskcache.find(
+                    self.fingerprint, codegen, accept=built_from_covered_code)
             elif self.compiled_digest is not None:
                 self._find_compiled("compiled_digest", self.compiled_digest, codegen)
-        if compiled and self.compiled_digest is None:
+        if (compiled and self.compiled_digest is None) or any(keyed_by_code):
             self.digest = self._user_digest()
             with self.stage("cache_lookup"):
                 self._find_compiled("primal_digest", self.digest, codegen)
@@ -449,6 +457,8 @@ class Build:
         index = {"entry_name": self.entry_name, "restype": self.restype,
                  "alias_checks": self.alias_checks, "written_shadowed": self.written_shadowed,
                  "primal_digest": self.digest,
+                 "keyed_by_code": bool(fingerprint.uncovered_callees(self.fingerprint,
+                                                                     self.primal.lowered)),
                  "report": {"primal_instructions": self.report.primal_instructions,
                             "derivative_functions": self.report.derivative_functions,
                             "module_bytes": self.report.module_bytes}}
@@ -468,15 +478,6 @@ class Build:
                 self.report.cache = ("not cached: the derivative refers to objects of this "
                                      "process (dynamic addresses or Numba environments): "
                                      + self.process_bound[:300])
-                return
-            try:
-                index["files"] = fingerprint.uncovered_files(self.fingerprint,
-                                                             self.primal.lowered)
-                # (code compiled before the call is known by its digest instead)
-                index["values"] = {} if self.compiled_before else \
-                    fingerprint.uncovered_values(self.fingerprint, self.primal.lowered)
-            except fingerprint.NotCacheable as exc:
-                self.report.cache = f"not cached: {exc}"
                 return
             index["relocations"] = self.relocations
             index["compiled_digest"] = self.compiled_digest or self._compiled_digest()
