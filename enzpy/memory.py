@@ -83,7 +83,7 @@ def explain(callee: str) -> str:
 
 
 # Python's C API, which Numba calls to box values (print, objmode, callbacks).
-PYTHON_OBJECT_CALL = re.compile(r"Py[A-Z]\w*_|numba_(box|unbox)_")
+PYTHON_OBJECT_CALL = re.compile(r"Py[A-Z]\w*_|numba_(box|unbox)_|NRT_adapt_ndarray_to_python")
 
 
 def null_shadow(ty: str) -> Value:

@@ -195,6 +195,13 @@ def unsup_objmode(x):
 
 
 @njit
+def unsup_objmode_array(x):
+    with numba.objmode():
+        print(x)
+    return np.sum(x * x)
+
+
+@njit
 def unsup_print(x):
     y = x * x
     print("y =", y)
@@ -283,6 +290,10 @@ CORPUS = [
     # derivative was silently dropped (2x instead of 4x)
     ("objmode_block", unsup_objmode, lambda: [Active(1.5)], UnsupportedError, "unsup_objmode",
      ["PyFloat_FromDouble", "near line", "turns the value into a Python object"]),
+    # (named only Numba's boxing helper before)
+    ("objmode_array", unsup_objmode_array, lambda: [_dup(np.ones(3))], UnsupportedError,
+     "unsup_objmode_array", ["NRT_adapt_ndarray_to_python", "turns the value into a Python "
+                             "object (print, objmode"]),
     ("print_of_active_value", unsup_print, lambda: [Active(1.5)], UnsupportedError,
      "unsup_print", ["Python object (print", "only values that do not depend"]),
     # named only by Numba's free of its table before
