@@ -34,7 +34,6 @@ import llvmlite
 import numba
 import numpy as np
 from numba import types
-from numba.core import ir as numba_ir
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
 
@@ -417,18 +416,6 @@ def uncovered_callees(fp, lowered) -> list:
             continue
         names.append(fn.__qualname__)
     return names
-
-
-def frozen_values(cres) -> dict:
-    """The globals and closure variables Numba froze into a compiled function,
-    by (kind, name) (empty for one it loaded from its cache: it keeps no IR)."""
-    annotation = cres.type_annotation
-    if not hasattr(annotation, "blocks"):      # (None, or text for a cached function)
-        return {}
-    return {(type(stmt.value).__name__, stmt.value.name): stmt.value.value
-            for block in annotation.blocks.values() for stmt in block.body
-            if isinstance(stmt, numba_ir.Assign)
-            and isinstance(stmt.value, (numba_ir.Global, numba_ir.FreeVar))}
 
 
 def value_digest(v) -> str:

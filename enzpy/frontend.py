@@ -36,7 +36,7 @@ from . import backend
 from .analysis import ARRAY_ALLOCATORS
 from .arguments import arrays_in
 from .errors import InternalError, UnsupportedError
-from .fingerprint import NotCacheable, frozen_values, value_digest
+from .fingerprint import NotCacheable, value_digest
 
 _lock = threading.RLock()
 _raw_ir: dict = {}            # mangled symbol -> IR text of the module defining it
@@ -191,6 +191,18 @@ def _compile_again(dispatcher, argtypes, symbol):
         return _raw_ir[symbol], cres.fndesc
 
 
+def _frozen_values(cres) -> dict:
+    """The globals and closure variables Numba froze into a compiled function,
+    by name (empty for one it loaded from its cache: it keeps no IR)."""
+    annotation = cres.type_annotation
+    if not hasattr(annotation, "blocks"):      # (None, or text for a cached function)
+        return {}
+    return {(type(stmt.value).__name__, stmt.value.name): stmt.value.value
+            for block in annotation.blocks.values() for stmt in block.body
+            if isinstance(stmt, numba_ir.Assign)
+            and isinstance(stmt.value, (numba_ir.Global, numba_ir.FreeVar))}
+
+
 def _same_value(a, b) -> bool:
     if a is b:
         return True
@@ -231,8 +243,8 @@ def _check_frozen_values(dispatcher, argtypes, cres):
     compiled = dispatcher.overloads.get(tuple(argtypes))
     if compiled is None:
         return
-    now = frozen_values(cres)
-    then = frozen_values(compiled)
+    now = _frozen_values(cres)
+    then = _frozen_values(compiled)
     for (kind, name), value in then.items():
         if (kind, name) in now and not _same_value(value, now[kind, name]):
             _refuse_frozen(dispatcher, kind, name,
