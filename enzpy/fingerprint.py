@@ -34,6 +34,7 @@ import llvmlite
 import numba
 import numpy as np
 from numba import types
+from numba.core import imputils
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
 
@@ -51,8 +52,20 @@ def _real(path) -> str:
 
 
 _ENZPY_DIR = os.path.dirname(_real(__file__))
-# code whose every change comes with a new version in the key
-_VERSIONED_DIRS = (os.path.dirname(_real(numba.__file__)) + os.sep, _ENZPY_DIR + os.sep)
+# code whose every change comes with a new version in the key: Numba, NumPy, llvmlite,
+# enzpy and Python's standard library (not the packages installed beside it)
+_VERSIONED_PACKAGES = tuple(os.path.dirname(_real(m.__file__)) + os.sep
+                            for m in (numba, np, llvmlite)) + (_ENZPY_DIR + os.sep,)
+_STDLIB = _real(sysconfig.get_paths()["stdlib"]) + os.sep
+_SITE_DIRS = tuple({_real(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib")})
+
+
+def _versioned(path) -> bool:
+    real = _real(path)
+    return real.startswith(_VERSIONED_PACKAGES) or (
+        real.startswith(_STDLIB) and not real.startswith(_SITE_DIRS))
+
+
 _LIBRARY_DIRS = tuple(sorted({_real(p) + os.sep for p in (
     sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
     sysconfig.get_paths()["platlib"], os.path.dirname(os.path.dirname(numba.__file__)),
@@ -76,12 +89,15 @@ def generated_by_enzpy(fn):
     return fn
 
 
-def _named_in_library(v) -> bool:
-    """An object an installed library defines and names (its version covers it)."""
+def _library_path(v):
+    """The file of the installed library that defines and names ``v``, or None."""
     module = sys.modules.get(getattr(v, "__module__", None) or "")
     path = getattr(module, "__file__", None)
-    return bool(path) and is_library_file(path) and bool(
-        getattr(v, "__qualname__", None) or getattr(v, "__name__", None))
+    if path and is_library_file(path) and (getattr(v, "__qualname__", None) or
+                                           getattr(v, "__name__", None)):
+        return path
+    return None
+
 
 
 _ADDRESS = re.compile(r"(?: at )?0x[0-9a-fA-F]+|#[0-9a-fA-F]{6,}")
@@ -101,6 +117,8 @@ class Fingerprint:
         self._dispatcher_ids: set = set()
         self._module_names: dict = {}     # id(module) -> the attribute names hashed
         self.compiled_ufuncs = False      # the code calls ufuncs Numba compiled already
+        # the code names a package whose version the key lacks (named, not walked)
+        self.unversioned = False
 
     @property
     def key(self) -> str:
@@ -124,6 +142,7 @@ class Fingerprint:
         code = fn.__code__
         if is_library_file(code.co_filename):
             self.add("library function", fn.__module__, fn.__qualname__)
+            self.unversioned |= not _versioned(code.co_filename)
             return
         if not self._once(fn):
             return
@@ -206,9 +225,10 @@ class Fingerprint:
         elif hasattr(v, "_defn") and isinstance(getattr(v, "_defn"), pytypes.FunctionType):
             self.add("intrinsic")                      # numba.extending.intrinsic
             self.function(v._defn)
-        elif _named_in_library(v):                      # np.linalg.norm, np.sin, ...
+        elif (path := _library_path(v)) is not None:    # np.linalg.norm, np.sin, ...
             self.add("library object", type(v).__qualname__, v.__module__,
                      getattr(v, "__qualname__", None) or v.__name__)
+            self.unversioned |= not _versioned(path)
         else:
             text = repr(v)
             if _ADDRESS.search(text):
@@ -237,7 +257,9 @@ class Fingerprint:
 
     def _class(self, cls):
         self.add("class", getattr(cls, "__module__", ""), cls.__qualname__)
-        if not _named_in_library(cls):
+        path = _library_path(cls)
+        self.unversioned |= path is not None and not _versioned(path)
+        if path is None:
             if issubclass(cls, enum.Enum):
                 self.add("members", [(m.name, m.value) for m in cls])   # Numba freezes them
             if issubclass(cls, tuple) and hasattr(cls, "_fields"):     # a named tuple
@@ -336,6 +358,7 @@ _PROCESS_BOUND = re.compile(r"B\d+v\d+|numba\.dynamic\.globals\.[0-9a-f]+|"
 # compiled in this process and one it loaded from its cache, which enzpy lowers
 # again with other flags (the code's own flags show in its instructions).
 _PROCESS_NAMED = re.compile(r"(__numba_array_expr_)0x[0-9a-f]+|(@\.bytes\.)-?\d+|"
+                            r"(\.kernel\.)\d+|"
                             r"(_listcomp__v)\d+__|(__numba_parfor_gufunc_)0x[0-9a-f]+|"
                             r"(_20at_200x)[0-9a-f]+|(_23|#)[0-9a-f]{8,}(?=_3c|<)|"
                             r"(DeferredType(?:_23|#)|%deferred\.)\d+")
@@ -401,6 +424,33 @@ _KERNEL_FOLDER = re.compile(r"ipykernel_\d+")
 
 
 # -- callees the walk did not reach ----------------------------------------------------
+_user_lowering = [None, None]     # [registry sizes, found] of the last scan
+
+
+def user_lowering() -> bool:
+    """Whether code outside the versioned libraries registered Numba lowering
+    (``@lower_builtin``, ``@lower_getattr``, ``@lower_cast``...): the IR it emits
+    is reached by no name the walk follows."""
+    registry = imputils.builtin_registry
+    tables = (registry.functions, registry.getattrs, registry.setattrs, registry.casts,
+              registry.constants)
+    sizes = tuple(map(len, tables))
+    if _user_lowering[0] != sizes:
+        _user_lowering[:] = [sizes, any(
+            not _versioned(code.co_filename) for table in tables for entry in table
+            if (code := getattr(entry[0], "__code__", None)) is not None)]
+    return _user_lowering[1]
+
+
+def keyed_by_code(fp, lowered) -> bool:
+    """Whether a derivative is to be keyed by the code Numba compiled (its
+    ``primal_digest``), which a later process lowers again to compare: the
+    build reached code the key does not cover (``uncovered_callees``), the
+    code names a package the key has no version of, or lowering registered
+    outside the versioned libraries may have emitted some of it."""
+    return bool(uncovered_callees(fp, lowered)) or fp.unversioned or user_lowering()
+
+
 def uncovered_callees(fp, lowered) -> list:
     """The qualified names of the Numba functions a build lowered that the
     fingerprint's walk did not cover (an ``@overload`` implementation, an
@@ -412,7 +462,7 @@ def uncovered_callees(fp, lowered) -> list:
         fn = getattr(low.dispatcher, "py_func", None)
         code = getattr(fn, "__code__", None)
         if code is None or code in fp.codes or getattr(fn, "_enzpy_generated", False) or \
-                _real(code.co_filename).startswith(_VERSIONED_DIRS):
+                _versioned(code.co_filename):
             continue
         names.append(fn.__qualname__)
     return names

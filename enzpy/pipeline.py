@@ -457,8 +457,8 @@ class Build:
         index = {"entry_name": self.entry_name, "restype": self.restype,
                  "alias_checks": self.alias_checks, "written_shadowed": self.written_shadowed,
                  "primal_digest": self.digest,
-                 "keyed_by_code": bool(fingerprint.uncovered_callees(self.fingerprint,
-                                                                     self.primal.lowered)),
+                 "keyed_by_code": fingerprint.keyed_by_code(self.fingerprint,
+                                                            self.primal.lowered),
                  "report": {"primal_instructions": self.report.primal_instructions,
                             "derivative_functions": self.report.derivative_functions,
                             "module_bytes": self.report.module_bytes}}

@@ -1055,6 +1055,12 @@ def test_an_installed_packages_closures_key_the_entry(tmp_path, monkeypatch):
             def model(v):
                 return c * v * v
             return model
+
+        def make_inlined(c):
+            @njit(inline="always")
+            def scale(v):
+                return c * v
+            return scale
     '''))
     monkeypatch.syspath_prepend(str(package))
     monkeypatch.setattr(fingerprint, "_LIBRARY_DIRS",
@@ -1067,6 +1073,15 @@ def test_an_installed_packages_closures_key_the_entry(tmp_path, monkeypatch):
         (d,), = autodiff(Reverse, model, Active(1.5))
         assert d == pytest.approx(2 * c * 1.5)
     assert [r.cache for r in enzpy.build_report(model)] == ["reused"]
+    # inlined into the user's function by Numba: reached by no lowered callee
+    for c in (2.0, 5.0):
+        scale = fake_installed_pkg.make_inlined(c)
+
+        @njit
+        def user(v):
+            return scale(v) * v
+        (d,), = autodiff(Reverse, user, Active(1.5))
+        assert d == pytest.approx(2 * c * 1.5)
 
 
 def test_a_folder_named_like_a_library_folder_is_the_users():
@@ -1199,3 +1214,83 @@ def test_an_entry_is_loaded_only_with_the_modules_it_was_built_from(tmp_path):
     after = _run_backend(tmp_path, "b")
     assert after["d"] == pytest.approx(2 * 4.0 * 1.5) and after["cache"] == "stored"
     assert _run_backend(tmp_path, "a")["cache"] == "loaded"
+
+
+def test_user_lowering_keys_entries_by_their_code(tmp_path, monkeypatch):
+    """``@lower_builtin`` emits IR no name the walk follows leads to: with such lowering
+    registered outside the versioned libraries, entries are keyed by the code."""
+    monkeypatch.setenv("ENZPY_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "user_lowering_ext.py").write_text(textwrap.dedent('''
+        from numba import types
+        from numba.extending import lower_builtin, type_callable
+
+        def triple(x):
+            return 3.0 * x
+
+        @type_callable(triple)
+        def _type(context):
+            def typer(x):
+                if isinstance(x, types.Float):
+                    return x
+            return typer
+
+        @lower_builtin(triple, types.Float)
+        def _lower(context, builder, sig, args):
+            return builder.fmul(args[0], context.get_constant(sig.return_type, 3.0))
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not fingerprint.user_lowering() or "user_lowering_ext" in sys.modules
+    import user_lowering_ext as ext
+    assert fingerprint.user_lowering()
+
+    @njit
+    def f(v):
+        return ext.triple(v) * v
+
+    before = set(diskcache.loaded)
+    (d,), = autodiff(Reverse, f, Active(1.5))
+    assert d == pytest.approx(6 * 1.5)
+    built = [diskcache.loaded[key] for key in set(diskcache.loaded) - before]
+    assert built and all(machine.index["keyed_by_code"] for machine in built)
+
+
+PARALLEL_RUN = '''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import enzpy
+from enzpy import Duplicated, Reverse, autodiff
+from numba import njit, prange
+import stubs, impl
+
+
+@njit(parallel=True)
+def f(x):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += stubs.h(x[i])
+    return s
+
+
+x = np.linspace(0.1, 1.0, 8)
+dx = np.zeros_like(x)
+autodiff(Reverse, f, Duplicated(x, dx))
+print(json.dumps({"dx": dx.tolist(), "cache": enzpy.build_report(f)[-1].cache}))
+'''
+
+
+def test_a_parallel_loop_keyed_by_its_code_is_loaded(tmp_path):
+    """(its kernel's name carried an object's id: the digest differed in every process)"""
+    (tmp_path / "run.py").write_text(PARALLEL_RUN)
+    (tmp_path / "stubs.py").write_text(STUB)
+    (tmp_path / "impl.py").write_text(BACKEND.format(k="2.0"))
+    caches = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path)],
+                              capture_output=True, text=True, timeout=600, env=dict(
+                                  os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache")))
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        np.testing.assert_allclose(result["dx"], 4.0 * np.linspace(0.1, 1.0, 8), rtol=1e-12)
+        caches.append(result["cache"])
+    assert caches == ["stored", "loaded"]
