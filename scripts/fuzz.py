@@ -1033,7 +1033,9 @@ class _Gen:
         def spread(n):
             # distinct diagonal entries keep the eigenvalues apart: a repeated one has no
             # derivative, and LAPACK's nonsymmetric eigvals may split it into a complex pair
-            return f"np.diag(np.linspace(1.0, 2.0, {n}))"
+            # (not np.linspace(1, 2, n): with parallel=True, Numba's linspace of one point
+            # is [nan], where NumPy's is [1.0])
+            return f"np.diag(1.0 + np.arange({n}) / {n})"
 
         lines = []
         if sc.wellcond and self.chance(0.5):
