@@ -19,7 +19,7 @@ from .arguments import (aliasing_message, arrays_in, check_shadow, conflicting_o
                         restore_reference_fields, share_memory, star_parameter,
                         strided_like, unlike_shadows_message)
 from .cache import STATS
-from .errors import exception_set_by
+from .errors import raise_exception_set_by
 from .pipeline import build, entries as _entries, fast_paths as _fast_paths
 from .pipeline import reports as _reports, typed_signature
 
@@ -373,7 +373,7 @@ def _differentiate(mode, f, disp, args):
     try:
         out = entry.call(*values, *shadows)
     except SystemError as error:
-        raise exception_set_by(error) from None
+        raise_exception_set_by(error)
     restore_reference_fields(held)
     if copies:
         for dx, stand_in in copies:

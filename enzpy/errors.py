@@ -14,11 +14,11 @@ class RuleError(TypeError):
     number, types or shapes of what it returns), found when it is used."""
 
 
-def exception_set_by(error: SystemError) -> BaseException:
-    """The exception native code set while still returning a result (a parallel
-    loop's body raising in a worker thread: CPython reports a SystemError caused
-    by it), else ``error`` itself."""
+def raise_exception_set_by(error: SystemError):
+    """Raise the exception native code set while still returning a result (a
+    parallel loop's body raising in a worker thread: CPython reports a
+    SystemError caused by it), else ``error`` itself."""
     cause = error.__cause__
     if cause is not None and "returned a result with an exception set" in str(error):
-        return cause
-    return error
+        raise cause from None
+    raise error

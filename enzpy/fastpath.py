@@ -21,7 +21,7 @@ import weakref
 import numpy as np
 
 from .arguments import conflicting_shadows, overlaps_itself, share_memory
-from .errors import exception_set_by
+from .errors import raise_exception_set_by
 
 MISS = object()
 # Fast paths kept per (dispatcher, mode): most recent first.
@@ -47,7 +47,7 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
     active, const, duplicated = annotations
     names = {"MISS": MISS, "ndarray": np.ndarray, "share": share_memory,
              "overlapping": overlaps_itself, "conflicting": conflicting_shadows,
-             "unmatched": _unmatched, "exception_set_by": exception_set_by,
+             "unmatched": _unmatched, "raise_exception_set_by": raise_exception_set_by,
              "ref": weakref.ref,
              "call": entry.call, "report": entry.report, "stats": stats,
              "float_tangents": float_tangents,
@@ -141,7 +141,7 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
               "        if unmatched(error): return MISS",
               "        raise",
               "    except SystemError as error:",
-              "        raise exception_set_by(error) from None"]
+              "        raise_exception_set_by(error)"]
     lines.append("    stats.hits += 1")
     if mode.reverse:
         if list(entry.adjoint_counts) != [1] * len(entry.active_positions):
