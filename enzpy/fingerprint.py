@@ -12,7 +12,7 @@ not walked: the versions cover it.
 
 Some callees are not reachable by name (an ``@overload`` implementation, an
 installed package's helper, a function passed through a container): a
-derivative whose build lowered any (``uncovered_callees``) is keyed by the
+derivative whose build lowered any (``keyed_by_code``) is keyed by the
 code Numba compiled (``primal_digest`` of the linked IR: the code, the values
 frozen into it, whichever implementation Numba chose), which a later process
 lowers again to compare. A value enzpy cannot fingerprint (an object whose
@@ -445,27 +445,23 @@ def user_lowering() -> bool:
 def keyed_by_code(fp, lowered) -> bool:
     """Whether a derivative is to be keyed by the code Numba compiled (its
     ``primal_digest``), which a later process lowers again to compare: the
-    build reached code the key does not cover (``uncovered_callees``), the
+    build reached code the key does not cover (``_reaches_uncovered``), the
     code names a package the key has no version of, or lowering registered
     outside the versioned libraries may have emitted some of it."""
-    return bool(uncovered_callees(fp, lowered)) or fp.unversioned or user_lowering()
+    return _reaches_uncovered(fp, lowered) or fp.unversioned or user_lowering()
 
 
-def uncovered_callees(fp, lowered) -> list:
-    """The qualified names of the Numba functions a build lowered that the
-    fingerprint's walk did not cover (an ``@overload`` implementation, an
-    installed package's helper: only Numba's and enzpy's own come with a
-    version in the key). A derivative reaching any is keyed by the code Numba
-    compiled instead (``primal_digest``), which a later process lowers to compare."""
-    names = []
+def _reaches_uncovered(fp, lowered) -> bool:
+    """Whether a build lowered a Numba function the fingerprint's walk did not
+    cover (an ``@overload`` implementation, an installed package's helper: only
+    Numba's and enzpy's own come with a version in the key)."""
     for low in lowered.values():
         fn = getattr(low.dispatcher, "py_func", None)
         code = getattr(fn, "__code__", None)
-        if code is None or code in fp.codes or getattr(fn, "_enzpy_generated", False) or \
-                _versioned(code.co_filename):
-            continue
-        names.append(fn.__qualname__)
-    return names
+        if code is not None and code not in fp.codes and \
+                not getattr(fn, "_enzpy_generated", False) and not _versioned(code.co_filename):
+            return True
+    return False
 
 
 def value_digest(v) -> str:

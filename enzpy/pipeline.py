@@ -397,7 +397,7 @@ class Build:
 
             def built_from_covered_code(index):
                 # (an entry whose build reached code the key does not cover is used only
-                # if built from the code Numba compiles today: see uncovered_callees)
+                # if built from the code Numba compiles today: see fingerprint.keyed_by_code)
                 keyed_by_code.append(index["keyed_by_code"])
                 return not index["keyed_by_code"]
             if not compiled:

@@ -95,13 +95,20 @@ def project(tmp_path):
     return tmp_path
 
 
-def _run(project, cache=None, **env):
-    environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
-                       ENZPY_CACHE_DIR=str(cache or project / "cache"), **env)
-    done = subprocess.run([sys.executable, str(project / "run.py"), str(project / "code")],
+def _script_result(script, argument, cache, **env):
+    """The JSON ``script`` prints last, run with ``argument`` in a new interpreter
+    caching in ``cache``."""
+    environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", ENZPY_CACHE_DIR=str(cache),
+                       **env)
+    done = subprocess.run([sys.executable, str(script), str(argument)],
                           capture_output=True, text=True, env=environment, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _run(project, cache=None, **env):
+    return _script_result(project / "run.py", project / "code", cache or project / "cache",
+                          **env)
 
 
 def _expected(shift=0.5, factor=2.0, a=2.0):
@@ -979,13 +986,8 @@ def test_code_raising_exceptions_with_runtime_values_is_cached_and_raises_when_l
     the process: the entry keeps its own, rebuilt by the process loading it."""
     (tmp_path / "environment_model.py").write_text(ENVIRONMENT_MODEL)
     (tmp_path / "run.py").write_text(ENVIRONMENT_RUN)
-    runs = []
-    for _ in range(2):
-        done = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path)],
-                              capture_output=True, text=True, timeout=600, env=dict(
-                                  os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache")))
-        assert done.returncode == 0, done.stderr[-3000:]
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    runs = [_script_result(tmp_path / "run.py", tmp_path, tmp_path / "cache")
+            for _ in range(2)]
     assert [run["cache"] for run in runs] == ["stored", "loaded"]
     A = np.arange(1.0, 13.0).reshape(4, 3) / 10
     v = np.linspace(0.5, 1.0, 4)
@@ -1183,13 +1185,8 @@ def _h(x):
 
 
 def _run_backend(tmp_path, backend, **env):
-    environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
-                       ENZPY_CACHE_DIR=str(tmp_path / "cache"),
-                       PYTHONPATH=str(tmp_path / backend), **env)
-    done = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path)],
-                          capture_output=True, text=True, env=environment, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _script_result(tmp_path / "run.py", tmp_path, tmp_path / "cache",
+                            PYTHONPATH=str(tmp_path / backend), **env)
     assert result["d"] == pytest.approx(result["slope"], rel=1e-6), result
     return result
 
@@ -1286,11 +1283,7 @@ def test_a_parallel_loop_keyed_by_its_code_is_loaded(tmp_path):
     (tmp_path / "impl.py").write_text(BACKEND.format(k="2.0"))
     caches = []
     for _ in range(2):
-        done = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path)],
-                              capture_output=True, text=True, timeout=600, env=dict(
-                                  os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache")))
-        assert done.returncode == 0, done.stderr[-3000:]
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+        result = _script_result(tmp_path / "run.py", tmp_path, tmp_path / "cache")
         np.testing.assert_allclose(result["dx"], 4.0 * np.linspace(0.1, 1.0, 8), rtol=1e-12)
         caches.append(result["cache"])
     assert caches == ["stored", "loaded"]
