@@ -111,6 +111,8 @@ def directory():
 
 
 _GLUE_FOLDER = "glue"
+# (the module name Python's warnings give a glue file: its path without ".py")
+GLUE_MODULE = r".*[\\/]" + _GLUE_FOLDER + r"[\\/]glue_[0-9a-f]{32}$"
 
 
 def source_file(source: str):

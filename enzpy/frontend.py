@@ -20,6 +20,7 @@ import os
 import re
 import threading
 import time
+import warnings
 import weakref
 from contextlib import contextmanager
 
@@ -32,7 +33,7 @@ from numba.core.registry import cpu_target
 from numba.core import cgutils
 from numba.core import ir as numba_ir
 
-from . import backend
+from . import backend, diskcache
 from .analysis import ARRAY_ALLOCATORS
 from .arguments import arrays_in
 from .errors import InternalError, UnsupportedError
@@ -171,13 +172,26 @@ def _compile_py_func(dispatcher, argtypes, compile_to_code=False):
                                       pipeline_class=dispatcher._compiler.pipeline_class)
 
 
+@contextmanager
+def enzpy_hints_hidden():
+    """Numba's performance hints about enzpy's own rules and their glue (a
+    product with a strided tangent, say) hidden: nothing a user can act on. (A
+    filter set once at import would not last: pytest and notebooks reset them.)"""
+    with warnings.catch_warnings():
+        for module in (re.escape(_LIBRARY_DIRS[1]), diskcache.GLUE_MODULE):
+            warnings.filterwarnings("ignore", category=numba.NumbaPerformanceWarning,
+                                    module=module)
+        yield
+
+
 def _compile_again(dispatcher, argtypes, symbol):
     """Lower ``dispatcher.py_func`` once more, with the dispatcher's own
     options (``fastmath``, ``error_model``, ``parallel``, ...), to capture its
     raw IR (the helpers it calls were recorded when lowered: see
     ``_install_hooks``). Not to machine code (the dispatcher has that): only
     its environment (``NumbaEnv...``), which its IR refers to, is defined."""
-    cres = _compile_py_func(dispatcher, argtypes)
+    with enzpy_hints_hidden():
+        cres = _compile_py_func(dispatcher, argtypes)
     _check_frozen_values(dispatcher, argtypes, cres)
     _define_environment(dispatcher.targetctx, cres)
     new = cres.fndesc.mangled_name
@@ -550,7 +564,8 @@ def lower(dispatcher, argtypes) -> Lowered:
         dispatcher = _compilable(dispatcher)
     if argtypes not in dispatcher.overloads:
         try:
-            dispatcher.compile(argtypes)
+            with enzpy_hints_hidden():
+                dispatcher.compile(argtypes)
         except numba.core.errors.ForceLiteralArg as exc:
             names = list(dispatcher.py_func.__code__.co_varnames)
             asked = ", ".join(names[i] if i < len(names) else str(i)

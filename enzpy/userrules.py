@@ -383,7 +383,8 @@ def _compile(source, namespace, name, argtypes, spec):
     disp = numba.njit(fingerprint.generated_by_enzpy(namespace[name]),
                       cache=not filename.startswith("<"))
     try:
-        disp.compile(tuple(argtypes))
+        with frontend.enzpy_hints_hidden():
+            disp.compile(tuple(argtypes))
     except numba.core.errors.TypingError as exc:
         raise RuleError(f"{spec.name}: Numba cannot compile it for {argtypes}: {exc}") from None
     return _Compiled(disp, tuple(argtypes), disp.overloads[tuple(argtypes)].signature.return_type)
@@ -540,7 +541,8 @@ def _ol_laid_out_like(ref, x):
 
 def _compile_rule_function(rule_fn, argtypes, what, spec):
     try:
-        rule_fn.compile(tuple(argtypes))
+        with frontend.enzpy_hints_hidden():
+            rule_fn.compile(tuple(argtypes))
     except numba.core.errors.TypingError as exc:
         raise RuleError(f"{spec.name}: {what} cannot be compiled for {tuple(argtypes)}: "
                         f"{exc}") from None

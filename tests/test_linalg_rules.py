@@ -6,12 +6,18 @@ against finite differences; only the triangle ``lower`` names is read by the
 triangular solve: the other one carries no derivative), cholesky's blocked
 reverse sweep, and cholesky, eigh and eigvalsh of matrices that are not symmetric
 (they read the lower triangle only)."""
+import os
+import subprocess
+import sys
+import warnings
+
+import numba
 import numpy as np
 import pytest
 from numba import njit
 
 import enzpy
-from enzpy import Const, Duplicated, Forward, Reverse, autodiff
+from enzpy import Const, Duplicated, Forward, Reverse, autodiff, frontend
 from enzpy.linalg import _cholesky_adjoint, _slogdet_inverse, _trsolve
 
 CASES = [(lower, trans) for lower in (True, False) for trans in (False, True)]
@@ -541,3 +547,38 @@ def test_float32_tangents_of_lstsq_have_its_dtype():
     for k in (0, 1, 3):
         assert single[k].dtype == np.float32
         np.testing.assert_allclose(single[k], wide[k], rtol=1e-4, atol=1e-5)
+
+
+
+def test_numbas_performance_hints_about_enzpys_own_rules_are_not_shown():
+    # (compiling the lstsq tangent rule told users "'@' is faster on contiguous arrays",
+    # pointing into enzpy/linalg.py: nothing they could act on); theirs still show
+    hint = numba.NumbaPerformanceWarning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with frontend.enzpy_hints_hidden():
+            warnings.warn_explicit("'@' is faster", hint, enzpy.linalg.__file__, 920)
+            warnings.warn_explicit("'@' is faster", hint, os.path.join(
+                "cache", "glue", "glue_41108710d0dcf4110bec7ad6c6414302.py"), 5)
+            warnings.warn_explicit("'@' is faster", hint, __file__, 1)
+    assert [w.filename for w in caught] == [__file__]
+
+
+_LSTSQ_FORWARD = """
+import warnings, numpy as np, numba, enzpy
+warnings.simplefilter("always")
+@numba.njit
+def f(A, b):
+    return np.sum(np.linalg.lstsq(A, b)[0])
+A = np.eye(4) + 0.1 * np.arange(16.0).reshape(4, 4); b = np.ones(4)
+print(enzpy.autodiff(enzpy.Forward, f, enzpy.Duplicated(A, np.ones_like(A)), enzpy.Const(b)))
+"""
+
+
+def test_forward_mode_through_lstsq_compiled_afresh_shows_no_hint_of_enzpys(tmp_path):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+               ENZPY_CACHE_DIR=str(tmp_path / "enzpy"))
+    done = subprocess.run([sys.executable, "-c", _LSTSQ_FORWARD], env=env, text=True,
+                          capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr
