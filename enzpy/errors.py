@@ -14,6 +14,13 @@ class RuleError(TypeError):
     number, types or shapes of what it returns), found when it is used."""
 
 
+class RuleShapeError(RuleError, ValueError):
+    """A rule's cotangent or tangent of another shape than its argument or
+    result: found when the derivative runs (the shadows may hold part of the
+    derivative then). A ``TypeError`` as every misfit of a rule, and a
+    ``ValueError`` as every shape mismatch."""
+
+
 def raise_exception_set_by(error: SystemError):
     """Raise the exception native code set while still returning a result (a
     parallel loop's body raising in a worker thread: CPython reports a

@@ -41,7 +41,7 @@ from numba.experimental import structref
 
 from . import custom, diskcache, fingerprint, frontend
 from .arguments import positional_parameters
-from .errors import RuleError, UnsupportedError
+from .errors import RuleError, RuleShapeError, UnsupportedError
 from .ir import Function, fields_of, local, tangent_name
 from .irtext import type_text
 from .tape import POP, PUSH, RAISE
@@ -562,7 +562,7 @@ def _reverse_glue(glue):
                         f"returns {glue.restype}")
     box_type = _BoxType([("res", res_type), ("out", out_type), ("shadow", out_type)])
     namespace = {"fwd": spec.fwd, "bwd": spec.bwd, "np": np, "new": structref.new,
-                 "Box": box_type, "_zero_shadow": _zero_shadow, "_cotangent": _cotangent,
+                 "RuleShapeError": RuleShapeError, "Box": box_type, "_zero_shadow": _zero_shadow, "_cotangent": _cotangent,
                  "_owned": _owned}
     aug_source = (f"def aug({xs}):\n"
                   f"    out, res = fwd({xs})\n"
@@ -581,6 +581,7 @@ def _reverse_glue(glue):
              f"{''.join(f', h{i}' for i in arrays)}):",
              "    g = _cotangent(box.shadow, gs, has_g)",
              "    cts = bwd(box.res, g)"]
+    writes = []          # (after every shape is checked: none of the rule's is half done)
     for i in range(n):
         ct = cts[i]
         if glue.kinds[i] == "array":
@@ -590,14 +591,15 @@ def _reverse_glue(glue):
                 raise RuleError(f"{spec.name}: the cotangent of argument {i} ({argtypes[i]}) "
                                 f"must be an array of {argtypes[i].ndim} dimensions, bwd "
                                 f"returns {ct}")
-            lines += [f"    if h{i}:",
-                      f"        if cts[{i}].shape != s{i}.shape:",
-                      f"            raise ValueError("
-                      f"{spec.name + f': the cotangent of argument {i} does not have the shape of the argument'!r})",
-                      f"        s{i} += cts[{i}]"]
+            message = (f"{spec.name}: the cotangent of argument {i} does not have the shape "
+                       f"of the argument")
+            lines += [f"    if h{i} and cts[{i}].shape != s{i}.shape:",
+                      f"        raise RuleShapeError({message!r})"]
+            writes += [f"    if h{i}:", f"        s{i} += cts[{i}]"]
         elif glue.kinds[i] == "float" and not isinstance(ct, (types.Number, types.NoneType)):
             raise RuleError(f"{spec.name}: the cotangent of argument {i} ({argtypes[i]}) must "
                             f"be a float, bwd returns {ct}")
+    lines += writes
     returns = [f"{argtypes[i]}({'0.0' if isinstance(cts[i], types.NoneType) else f'cts[{i}]'})"
                for i in floats]
     lines.append(f"    return ({', '.join(returns)}{',' if returns else ''})")
@@ -621,10 +623,16 @@ def _forward_glue(glue):
             tangents.append(f"u{i}")
         else:
             tangents.append(f"t{i}")
-    lines += [f"    out, tangent = jvp(({', '.join(xs)},), ({', '.join(tangents)},))",
-              "    return out, _laid_out_like(out, tangent)"]
+    lines.append(f"    out, tangent = jvp(({', '.join(xs)},), ({', '.join(tangents)},))")
+    # (laying out a tangent of another shape would read past its end)
+    message = f"{spec.name}: jvp's tangent does not have the shape of the result"
+    for path in _array_paths(glue.restype):
+        lines += [f"    if tangent{path}.shape != out{path}.shape:",
+                  f"        raise RuleShapeError({message + (f' (item {path})' if path else '')!r})"]
+    lines.append("    return out, _laid_out_like(out, tangent)")
     fwd_types = tuple(argtypes) * 2 + (types.int64,) * len(arrays)
-    namespace = {"jvp": spec.jvp, "np": np, "_laid_out_like": _laid_out_like}
+    namespace = {"jvp": spec.jvp, "np": np, "_laid_out_like": _laid_out_like,
+                 "RuleShapeError": RuleShapeError}
     try:
         compiled = _compile("\n".join(lines) + "\n", namespace, "fwd", fwd_types, spec)
     except RuleError:
@@ -635,6 +643,16 @@ def _forward_glue(glue):
         raise
     _check_jvp_result(compiled.restype, glue)
     return compiled
+
+
+def _array_paths(ty, path=""):
+    """The indexing suffixes (``""``, ``"[1]"``, ``"[0][2]"``) that reach the
+    arrays of a value of type ``ty``, through tuples."""
+    if isinstance(ty, types.Array):
+        yield path
+    elif isinstance(ty, types.BaseTuple):
+        for i, item in enumerate(ty):
+            yield from _array_paths(item, f"{path}[{i}]")
 
 
 def _tangent_fits(tangent, out) -> bool:

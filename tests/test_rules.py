@@ -584,10 +584,91 @@ def array_sum_sq(x):
 def test_cotangent_of_the_wrong_shape_raises_after_the_call():
     defvjp(array_sum_sq, _array_fwd, _wrong_shape_bwd)
     try:
-        with pytest.raises(ValueError, match="shape of the argument"):
-            autodiff(Reverse, array_sum_sq, Duplicated(np.ones(2), np.zeros(2)))
+        # (a misfit of a rule is a TypeError; a shape mismatch a ValueError: it is both)
+        for error in (TypeError, ValueError):
+            with pytest.raises(error, match="shape of the argument"):
+                autodiff(Reverse, array_sum_sq, Duplicated(np.ones(2), np.zeros(2)))
     finally:
         clear_rules(array_sum_sq)
+
+
+@njit
+def _weighted(a, b):
+    return (a * b).sum()
+
+
+@njit
+def _weighted_fwd(a, b):
+    return (a * b).sum(), (a, b)
+
+
+@njit
+def _second_cut_bwd(res, g):
+    return res[1] * g, res[0][:1] * g        # the cotangent of b has one entry
+
+
+@njit
+def _calls_weighted(a, b):
+    return _weighted(a, b)
+
+
+def test_a_rule_with_one_cotangent_of_the_wrong_shape_writes_none_of_them():
+    defvjp(_weighted, _weighted_fwd, _second_cut_bwd)
+    try:
+        a, b, da, db = np.ones(3), np.full(3, 2.0), np.zeros(3), np.zeros(3)
+        with pytest.raises(TypeError, match="argument 1 does not have the shape"):
+            autodiff(Reverse, _calls_weighted, Duplicated(a, da), Duplicated(b, db))
+        assert not da.any() and not db.any()
+    finally:
+        clear_rules(_weighted)
+
+
+@njit
+def _scale(a, s):
+    return a * s
+
+
+@njit
+def _cut_tangent_jvp(primals, tangents):
+    return primals[0] * primals[1], tangents[0][:1] * primals[1]
+
+
+@njit
+def _scaled_pair_jvp(primals, tangents):
+    a, s = primals
+    return (a * s, s), (tangents[0][:2] * s, tangents[1])
+
+
+@njit
+def _scaled_pair(a, s):
+    return a * s, s
+
+
+@njit
+def _reads_three_entries(a, s):
+    y = _scale(a, s)
+    return y[0] + y[1] + y[2]
+
+
+@njit
+def _sums_the_pair(a, s):
+    y, z = _scaled_pair(a, s)
+    return y.sum() * z
+
+
+def test_a_tangent_of_the_wrong_shape_raises_instead_of_being_read_past_its_end():
+    # (forward mode read y[1] and y[2] of a one-entry tangent: 2.0 where it is 6.0)
+    a, t = np.array([1.0, 2.0, 3.0]), np.ones(3)
+    defjvp(_scale, _cut_tangent_jvp)
+    defjvp(_scaled_pair, _scaled_pair_jvp)
+    try:
+        with pytest.raises(TypeError, match="'_scale': jvp's tangent does not have the shape"):
+            autodiff(Forward, _reads_three_entries, Duplicated(a, t), 2.0)
+        with pytest.raises(ValueError, match=r"'_scaled_pair': jvp's tangent .* \(item \[0\]\)"):
+            autodiff(Forward, _sums_the_pair, Duplicated(a, t), 2.0)
+    finally:
+        clear_rules(_scale)
+        clear_rules(_scaled_pair)
 
 
 def test_forward_mode_without_a_forward_rule_says_which_rule_to_add():
