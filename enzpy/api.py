@@ -463,7 +463,8 @@ def _float_tangents(tangent):
 
 def _check_aliases(entry, values):
     for written, reread in entry.alias_checks:
-        if any(share_memory(a, values[reread]) for a in arrays_in(values[written])):
+        if any(share_memory(a, b) for a in arrays_in(values[written])
+               for b in arrays_in(values[reread])):
             raise ValueError(aliasing_message(written, reread))
 
 

@@ -8,6 +8,8 @@ Python in it. Results have the shapes ``autodiff`` returns in Python.
 """
 from __future__ import annotations
 
+import itertools
+
 import numba
 import numpy as np
 from numba import njit, types
@@ -233,18 +235,30 @@ def _shadows_mix(x, dx, y, dy, held):
         np.intp(x.ctypes.data) - np.intp(y.ctypes.data)
 
 
-def _arrays_in(ty, expr, position) -> list:
-    """Expressions of the arrays a value of type ``ty`` (at ``expr``) holds."""
+def _for_each_array(ty, expr, position, indent, body) -> list:
+    """Lines running ``body(array expression, indent)`` on each array a value
+    of type ``ty`` (at ``expr``) holds: in tuples, lists and jitclass fields."""
     if isinstance(ty, types.Array):
-        return [expr]
+        return body(expr, indent)
     if isinstance(ty, types.BaseTuple):
-        return [a for k, t in enumerate(ty.types) for a in _arrays_in(t, f"{expr}[{k}]", position)]
-    if isinstance(ty, (types.Number, types.Boolean, types.NoneType)):
+        return [line for k, t in enumerate(ty.types)
+                for line in _for_each_array(t, f"{expr}[{k}]", position, indent, body)]
+    if isinstance(ty, types.ClassInstanceType):
+        return [line for name, t in ty.struct.items()
+                for line in _for_each_array(t, f"{expr}.{name}", position, indent, body)]
+    if isinstance(ty, (types.List, types.ListType)):
+        item = f"item{next(_item_names)}"
+        inner = _for_each_array(ty.dtype, item, position, indent + "    ", body)
+        return [f"{indent}for {item} in {expr}:"] + inner if inner else []
+    if not pipeline._may_hold_arrays(ty):
         return []
     raise UnsupportedError(
-        f"argument {position}: the derivative writes into this {ty} and re-reads an array "
-        f"argument that could share its memory, which only autodiff called from Python can "
-        f"check; pass the arrays as arguments of their own")
+        f"argument {position}: the derivative writes into an argument and takes that write to "
+        f"leave this {ty} unchanged, which only autodiff called from Python can check; pass "
+        f"its arrays as arguments of their own")
+
+
+_item_names = itertools.count()
 
 
 def _implementation(entry, mode, signature, annotated, defaults):
@@ -286,9 +300,13 @@ def _implementation(entry, mode, signature, annotated, defaults):
                           f"with the array of argument {j}; a shadow receives the "
                           f"derivatives, so it needs memory of its own')"]
     for written, other in entry.alias_checks:
-        for array in _arrays_in(signature[written][1], values[written], written):
-            lines += [f"    if may_share_memory({array}, {values[other]}):",
-                      f"        raise ValueError({aliasing_message(written, other)!r})"]
+        def test(a, indent, other=other, written=written):
+            return _for_each_array(
+                signature[other][1], values[other], other, indent,
+                lambda b, inner: [f"{inner}if may_share_memory({a}, {b}):",
+                                  f"{inner}    raise ValueError("
+                                  f"{aliasing_message(written, other)!r})"])
+        lines += _for_each_array(signature[written][1], values[written], written, "    ", test)
     shadows = [f"args[{i}].dval" for i in entry.shadow_positions]
     lines.append(f"    out = call({', '.join(values + shadows)})")
     if mode.reverse:

@@ -725,18 +725,21 @@ def _vouch(dispatchers):
 
 
 def _alias_checks(ctx, readonly, symbol, signature):
-    """(pairs (written argument, array argument) that must not share memory,
-    positions of the written Duplicated arrays), checked per call.
+    """(pairs (written argument, argument holding arrays) that must not share
+    memory, positions of the written Duplicated arrays), checked per call.
 
     The derivative takes a write to one argument for no change of another: the
     reverse sweep rereads the other's values, a tangent function reads its own
-    shadow, and a Const array's reads carry no derivative. Two written Duplicated
+    shadow, and reads of a Const array (or of one a Const container holds)
+    carry no derivative. Two written Duplicated
     arrays may share memory only as their shadows do (``conflicting_shadows``),
     else one element's derivative is split between two shadows. Where writes are
     not known, every argument counts as written (a reverse sweep then records
     every read it needs)."""
     kinds = [kind for kind, _, _ in signature]
     arrays = {pos for pos, (_, ty, _) in enumerate(signature) if isinstance(ty, types.Array)}
+    # (an array held in a Const list, tuple or object is read as a constant too)
+    holders = {pos for pos, (_, ty, _) in enumerate(signature) if _may_hold_arrays(ty)}
     if readonly.unknown_write:
         written = set(range(len(signature)))
     else:
@@ -750,10 +753,26 @@ def _alias_checks(ctx, readonly, symbol, signature):
         written = {owner[i] for kind, i in readonly.written[symbol]
                    if kind == "arg" and i in owner}
     written_arrays = sorted(written & arrays)
-    apart = [(w, r) for w in sorted(written) for r in sorted(arrays - written)]
+    apart = [(w, r) for w in sorted(written) for r in sorted(holders - written)]
     apart += [(w, r) for w, r in itertools.combinations(written_arrays, 2)
               if not kinds[w] == kinds[r] == "Duplicated"]
     return apart, [p for p in written_arrays if kinds[p] == "Duplicated"]
+
+
+def _may_hold_arrays(ty) -> bool:
+    """Whether a value of Numba type ``ty`` is or may hold an array (anything
+    but scalars, strings and functions, unless its structure says no)."""
+    if isinstance(ty, types.Array):
+        return True
+    if isinstance(ty, types.BaseTuple):
+        return any(_may_hold_arrays(t) for t in ty.types)
+    if isinstance(ty, (types.List, types.ListType)):
+        return _may_hold_arrays(ty.dtype)
+    if isinstance(ty, types.ClassInstanceType):
+        return any(_may_hold_arrays(t) for t in ty.struct.values())
+    return not isinstance(ty, (types.Number, types.Boolean, types.NoneType, types.Omitted,
+                               types.UnicodeType, types.Record, types.EnumMember,
+                               types.NPDatetime, types.NPTimedelta, types.Callable))
 
 
 def _return_slot_type(ctx, restype) -> str:
