@@ -72,13 +72,15 @@ class Duplicated(Annotation):
 _jitted: dict = {}
 
 
-def _dispatcher(f):
+def _dispatcher(f, caller="autodiff"):
     if isinstance(f, numba.core.dispatcher.Dispatcher):
         return f
     if isinstance(f, Mode):
-        raise TypeError("autodiff(mode, f, *args): the function comes second")
+        raise TypeError("autodiff(mode, f, *args): the function comes second"
+                        if caller == "autodiff" else
+                        f"{caller} takes the function first, and no mode")
     if not callable(f):
-        raise TypeError(f"autodiff expects a function, got {type(f).__name__}")
+        raise TypeError(f"{caller} expects a function, got {type(f).__name__}")
     found = _jitted.get(f)
     state = _values_read(f)
     if found is None:

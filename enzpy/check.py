@@ -17,9 +17,11 @@ def gradient(*args):
     """
     if args and isinstance(args[0], Mode):
         if not args[0].reverse or args[0].with_primal:
+            why = "returns the primal too" if args[0].with_primal else \
+                "gives a directional derivative, a tangent"
             raise TypeError(f"gradient returns the derivative alone, in reverse mode: use "
                             f"Reverse, not {args[0].name} (autodiff({args[0].name}, ...) "
-                            f"returns the primal too)")
+                            f"{why})")
         args = args[1:]
     elif args and isinstance(args[0], str):
         raise TypeError(f"gradient: the mode is enzpy.Reverse, not the string {args[0]!r}")
@@ -31,6 +33,11 @@ def gradient(*args):
         raise TypeError(f"gradient: x must be a float or a float32/float64 array, got "
                         f"{type(x).__name__}" + (f" of {x.dtype}" if isinstance(x, np.ndarray)
                                                  else ""))
+    for i, c in enumerate(rest):
+        if type(c) is Active:
+            raise TypeError(f"gradient: argument {i + 1} is Active, but gradient returns the "
+                            f"derivative with respect to x alone; call autodiff(Reverse, ...) "
+                            f"for the others")
     if isinstance(x, np.ndarray):
         dx = np.zeros_like(x)
         autodiff(Reverse, f, Duplicated(x, dx), *rest)
@@ -79,7 +86,7 @@ def check_gradient(f, *args, step=None, floor=1e-8) -> GradientCheck:
                             f"float arrays with an array shadow (Duplicated) only: compare "
                             f"autodiff on containers with finite differences of your own")
     seeds = {i: a.dval.copy() for i, a in enumerate(annotated) if isinstance(a, Duplicated)}
-    disp = _dispatcher(f)
+    disp = _dispatcher(f, "check_gradient")
 
     def objective(values):
         work = [v.copy() if isinstance(v, np.ndarray) else v for v in values]

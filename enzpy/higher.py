@@ -58,7 +58,7 @@ def hvp(f, x, v, *args):
     arguments are constants. Returns an array like ``x`` (a float for a scalar);
     ``x`` and ``v`` are not modified, even if ``f`` writes ``x`` in place.
     """
-    disp = _dispatcher(f)
+    disp = _dispatcher(f, "hvp")
     x = _point(x, "hvp")
     consts = _plain_consts(args, disp)
     if isinstance(x, np.ndarray):
@@ -111,7 +111,7 @@ def jacobian(g, x, *args):
     ``x``) or reverse mode (one pullback per entry of the result), whichever
     needs fewer passes.
     """
-    disp = _dispatcher(g)
+    disp = _dispatcher(g, "jacobian")
     x = _point(x, "jacobian")
     consts = _plain_consts(args, disp)
     restype = _return_type(disp, (x, *consts))
@@ -138,6 +138,10 @@ def jacobian(g, x, *args):
                 theirs[...] = mine
 
     last = ()
+    if writes_out and isinstance(x, np.ndarray) and consts[-1].size < x.size:
+        jac, last = _jacobian_of_writes_by_rows(disp, initial)
+        keep(last)
+        return jac
     if not writes_out:
         last = _fresh(initial)
         out = disp(*last)
@@ -175,6 +179,23 @@ def _jacobian_by_rows(disp, x, consts, out):
     if not rows:                        # an empty result
         return np.zeros(out.shape + np.shape(x), dtype=out.dtype)
     return np.stack(rows).reshape(out.shape + np.shape(x))
+
+
+def _jacobian_of_writes_by_rows(disp, initial):
+    """Reverse mode for a function writing its last argument (an array ``x``):
+    row i is the derivative of entry i of what it writes there, seeded in that
+    argument's shadow. Returns the Jacobian and the arguments of the last pass."""
+    x, out = initial[0], initial[-1]
+    rows, last = [], _fresh(initial)
+    for seed in _basis(out):
+        last = _fresh(initial)
+        dx = np.zeros_like(x)
+        autodiff(Reverse, disp, Duplicated(last[0], dx), *last[1:-1],
+                 Duplicated(last[-1], seed))
+        rows.append(dx.ravel())
+    if not rows:                        # nothing written
+        return np.zeros(out.shape + x.shape, dtype=out.dtype), last
+    return np.stack(rows).reshape(out.shape + x.shape), last
 
 
 def _basis(x):
@@ -332,7 +353,7 @@ def vjp(f, *args):
     always at the point ``out`` was computed at: the arrays among ``args`` are
     copied here, so changing them afterwards (an optimizer's step in place)
     does not move the pullback."""
-    disp = _dispatcher(f)
+    disp = _dispatcher(f, "vjp")
     values = _fresh([a.val if isinstance(a, Annotation) else a for a in args])
     for i, a in enumerate(args):
         if isinstance(a, Annotation) and type(a) is not Const:

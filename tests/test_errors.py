@@ -81,8 +81,18 @@ def test_mode_and_function_swapped():
 
 
 def test_not_callable():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="autodiff expects a function, got int"):
         autodiff(Reverse, 42, Active(1.0))
+
+
+def test_helpers_name_themselves_when_not_given_a_function():
+    x = np.ones(2)
+    with pytest.raises(TypeError, match="vjp expects a function, got float"):
+        enzpy.vjp(3.0, x)
+    with pytest.raises(TypeError, match="jacobian takes the function first, and no mode"):
+        enzpy.jacobian(Reverse, x)
+    with pytest.raises(TypeError, match="hvp expects a function"):
+        enzpy.hvp(None, x, x)
 
 
 def test_annotation_class_instead_of_instance():

@@ -29,6 +29,18 @@ def test_gradient_of_array_and_scalar():
         12.0 + math.cos(2.0))
 
 
+def test_gradient_refuses_other_modes_and_active_arguments_it_would_drop():
+    x = np.linspace(0, 1, 5)
+    with pytest.raises(TypeError, match="Forward.*directional derivative"):
+        enzpy.gradient(enzpy.Forward, weighted_sines, x, 2.0)
+    with pytest.raises(TypeError, match="ReverseWithPrimal.*returns the primal too"):
+        enzpy.gradient(enzpy.ReverseWithPrimal, weighted_sines, x, 2.0)
+    # (the derivative of a's Active value was computed and dropped)
+    with pytest.raises(TypeError, match="argument 1 is Active"):
+        enzpy.gradient(weighted_sines, x, Active(2.0))
+    np.testing.assert_allclose(enzpy.gradient(weighted_sines, x, Const(2.0)), 2 * np.cos(x))
+
+
 def test_gradient_does_not_touch_its_input():
     x = np.linspace(0, 1, 5)
     saved = x.copy()

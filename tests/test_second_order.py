@@ -693,6 +693,40 @@ def test_jacobian_of_a_function_accumulating_into_its_output():
     assert_close(out, 1.0 + x ** 2, rtol=1e-15)
 
 
+def test_jacobian_of_a_function_writing_fewer_entries_than_x_runs_one_reverse_pass_each(
+        monkeypatch):
+    # (it ran forward mode once per entry of x: 4 passes where 3 pullbacks suffice)
+    import enzpy.higher
+    modes = []
+
+    def counting(mode, *args):
+        modes.append(mode)
+        return autodiff(mode, *args)
+
+    monkeypatch.setattr(enzpy.higher, "autodiff", counting)
+    x, out = np.array([0.1, -0.2, 0.3, 0.4]), np.zeros(3)
+    J = jacobian(out_writer, x, 0.5, out)
+    assert modes == [Reverse] * 3
+    h, fd = 1e-6, np.zeros((3, 4))
+    for j in range(4):
+        up, down, o_up, o_down = x.copy(), x.copy(), np.zeros(3), np.zeros(3)
+        up[j] += h
+        down[j] -= h
+        out_writer(up, 0.5, o_up)
+        out_writer(down, 0.5, o_down)
+        fd[:, j] = (o_up - o_down) / (2 * h)
+    assert_close(J, fd, rtol=1e-8, atol=1e-9)
+    modes.clear()
+    jacobian(out_writer, x[:2].copy(), 0.5, np.zeros(3))          # taller: forward
+    assert modes == [Forward] * 2
+
+
+@njit
+def _double_in_place_into_sum(x, out):
+    x *= 2.0
+    out[0] += (x * 2.0).sum()
+
+
 @njit
 def _update_in_place(x):
     x[:] = np.sin(x) * x
@@ -715,7 +749,8 @@ def _double_in_place_into(x, out):
     (_update_in_place, (), lambda x: np.diag(2 * (np.cos(x) * x + np.sin(x)))),
     (_double_in_place_then_cube, (), lambda x: (24 * x ** 2)[None, :]),      # by rows
     (_double_in_place_into, (np.zeros(3),), lambda x: 4.0 * np.eye(3)),
-], ids=["forward", "reverse", "output_argument"])
+    (_double_in_place_into_sum, (np.ones(1),), lambda x: np.full((1, 3), 4.0)),
+], ids=["forward", "reverse", "output_argument", "output_argument_by_rows"])
 def test_jacobian_of_a_function_updating_its_input_in_place(g, args, want):
     """Every pass starts from x's initial values (not from what the previous
     pass left), and x ends as after one call of g."""
