@@ -39,9 +39,7 @@ def _leaves(ty) -> list:
     if isinstance(ty, (types.Integer, types.Boolean, types.NoneType, types.Omitted)):
         return ["const"]
     if isinstance(ty, types.Array):
-        float_data = isinstance(ty.dtype, types.Float) or (
-            isinstance(ty.dtype, types.Record) and any(
-                isinstance(t, types.Float) for _, t in ty.dtype.members))
+        float_data = _holds_floats(ty.dtype)
         head = list(_ARRAY_HEAD) if float_data else ["const"] * 5
         return head + ["const"] * (2 * ty.ndim)
     if isinstance(ty, types.BaseTuple):
@@ -61,6 +59,18 @@ def _leaves(ty) -> list:
                         f"and numba.typed.Dict are refused); pass a NumPy array, a tuple or "
                         f"a list of arrays, or a jitclass object")
     return None
+
+
+def _holds_floats(dtype) -> bool:
+    """Whether an array element of Numba type ``dtype`` holds floats: a float,
+    or a record with float fields, subarrays of floats or such records."""
+    if isinstance(dtype, types.Float):
+        return True
+    if isinstance(dtype, types.NestedArray):
+        return _holds_floats(dtype.dtype)
+    if isinstance(dtype, types.Record):
+        return any(_holds_floats(t) for _, t in dtype.members)
+    return False
 
 
 def _floats_by_value(ty) -> bool:

@@ -526,6 +526,35 @@ def test_structured_array():
     assert not drec["n"].any()
 
 
+@njit
+def _subarray_energy(r):
+    return r[0]["v"][0] * r[1]["v"][2] ** 2 + r[1]["n"]["q"] * r[0]["v"][1]
+
+
+_NESTED = np.dtype([("v", np.float64, (3,)), ("n", [("q", np.float32), ("k", np.int64)])])
+
+
+def test_structured_array_of_subarray_and_nested_record_fields():
+    # (with no scalar float field, Duplicated refused it as "not a float array")
+    rec = np.zeros(2, _NESTED)
+    rec["v"] = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    rec["n"]["q"], rec["n"]["k"] = [0.5, 1.5], [3, 4]
+    drec = np.zeros_like(rec)
+    autodiff(Reverse, _subarray_energy, Duplicated(rec, drec))
+    want_v = np.array([[36.0, 1.5, 0.0], [0.0, 0.0, 12.0]])
+    np.testing.assert_allclose(drec["v"], want_v)
+    np.testing.assert_allclose(drec["n"]["q"], [0.0, 2.0])
+    assert not drec["n"]["k"].any()
+    for (i, field, j), want in [((0, "v", 0), 36.0), ((1, "v", 2), 12.0), ((1, "q", None), 2.0)]:
+        tangent = np.zeros_like(rec)
+        if field == "v":
+            tangent["v"][i, j] = 1.0
+        else:
+            tangent["n"]["q"][i] = 1.0
+        (t,) = autodiff(Forward, _subarray_energy, Duplicated(rec, tangent))
+        assert t == pytest.approx(want)
+
+
 def test_typed_containers_are_refused_by_name():
     values = numba.typed.List([1.0, 2.0])
     with pytest.raises(TypeError, match="numba.typed.List"):
