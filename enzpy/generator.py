@@ -22,7 +22,7 @@ from .runtime import VARSIZE_FREE
 # derivative is zero. Other functions returning a float directly are refused.
 FLOOR_QUOTIENT = re.compile(r"numba6python3remE")
 # Numba's name of an argument's LLVM parameter: arg.x, or arg.a.4 for a field of array a
-_NUMBA_ARGUMENT = re.compile(r"^arg\.(\w+?)(?:\.\d+)?$")
+_NUMBA_ARGUMENT = re.compile(r"^arg\.(\w+?)(?:\.\d+)*$")
 
 
 class DerivativeGenerator:
@@ -198,20 +198,32 @@ class DerivativeGenerator:
                 return "the argument it is written into"
         return "the memory it is written into"
 
+    def _user_arguments_holding(self, ptr) -> set:
+        """The positions of the user's arguments the memory at ``ptr`` belongs
+        to: itself, or through pointers loaded from it (an array a list or an
+        object holds)."""
+        user_args = self.builder.user_args.get(self.fn.name, ())
+        roots, seen, found = list(self._roots(ptr)), set(), set()
+        while roots:
+            kind, where = roots.pop()
+            if kind == "arg" and where in user_args:
+                found.add(where)
+            ins = self.fn.defs.get(where) if kind == "unknown" else None
+            if ins is not None and ins.opcode == "load" and where not in seen:
+                seen.add(where)
+                roots += self._roots(ins.operands[0])
+        return found
+
     def _argument_name(self, ptr):
         """The name of the user's argument the memory at ``ptr`` belongs to, or None."""
-        user_args = self.builder.user_args.get(self.fn.name, ())
-        names = {_NUMBA_ARGUMENT.match(self.fn.args[index].name).group(1)
-                 for kind, index in self._roots(ptr)
-                 if kind == "arg" and index in user_args
-                 and _NUMBA_ARGUMENT.match(self.fn.args[index].name)}
+        names = {m.group(1) for index in self._user_arguments_holding(ptr)
+                 if (m := _NUMBA_ARGUMENT.match(self.fn.args[index].name))}
         return names.pop() if len(names) == 1 else None
 
     def _const_advice(self, ptr) -> str:
         """Advice to pass the written argument as Duplicated, where the memory
-        written is reached from an argument of the user's function."""
-        user_args = self.builder.user_args.get(self.fn.name, ())
-        if not any(kind == "arg" and index in user_args for kind, index in self._roots(ptr)):
+        written belongs to an argument of the user's function."""
+        if not self._user_arguments_holding(ptr):
             return ""
         name = self._argument_name(ptr)
         which = f"'{name}'" if name else "the argument it writes"

@@ -130,6 +130,30 @@ def unsup_store_to_const(x, out):
 
 
 @njit
+def unsup_store_to_const_list(x, outs):
+    outs[0][0] = x * x
+    return outs[0][0]
+
+
+@njit
+def unsup_store_to_const_tuple(x, outs):
+    outs[1][0] = x * x
+    return outs[1][0]
+
+
+@jitclass([("out", numba.float64[:])])
+class _Buffer:
+    def __init__(self, out):
+        self.out = out
+
+
+@njit
+def unsup_store_to_const_object(x, buffer):
+    buffer.out[0] = x * x
+    return buffer.out[0]
+
+
+@njit
 def unsup_copy_to_const(a, out):
     for i in range(a.size):
         out[i] = a[i] * 2.0
@@ -272,6 +296,16 @@ CORPUS = [
      lambda: [Active(1.5), Const(np.zeros(2))], UnsupportedError, "unsup_store_to_const",
      ["without a shadow", "pass 'out' as Duplicated",
       f"near line {_line_of(unsup_store_to_const, 'out[0] =')})"]),
+    # (the advice to pass it as Duplicated reached arrays passed themselves only)
+    ("active_value_into_const_list", unsup_store_to_const_list,
+     lambda: [Active(1.5), Const([np.zeros(2)])], UnsupportedError,
+     "unsup_store_to_const_list", ["without a shadow", "pass 'outs' as Duplicated"]),
+    ("active_value_into_const_tuple", unsup_store_to_const_tuple,
+     lambda: [Active(1.5), Const((1.0, np.zeros(2)))], UnsupportedError,
+     "unsup_store_to_const_tuple", ["without a shadow", "pass 'outs' as Duplicated"]),
+    ("active_value_into_const_jitclass", unsup_store_to_const_object,
+     lambda: [Active(1.5), Const(_Buffer(np.zeros(2)))], UnsupportedError,
+     "unsup_store_to_const_object", ["without a shadow", "pass 'buffer' as Duplicated"]),
     ("duplicated_copied_into_const_array", unsup_copy_to_const,
      lambda: [_dup(np.ones(3)), Const(np.zeros(3))], UnsupportedError, "unsup_copy_to_const",
      ["without a shadow", "pass 'out' as Duplicated",
