@@ -1110,3 +1110,19 @@ def test_reads_through_views_of_read_only_inputs_are_not_recorded():
     assert peaks[1] - peaks[0] <= 16 * 990, peaks
     for wrt in range(2):
         check(ridge_residual, sizes[0], wrt=wrt)
+
+
+@njit
+def _divide_where_nonzero(x, y):
+    return np.where(y != 0.0, x / np.where(y != 0.0, y, 1.0), x).sum()
+
+
+def test_the_double_where_the_readme_advises_keeps_an_untaken_division_out_of_the_gradient():
+    x, y = np.array([1.0, 2.0, 3.0]), np.array([2.0, 0.0, 4.0])
+    dx, dy = np.zeros(3), np.zeros(3)
+    autodiff(Reverse, _divide_where_nonzero, Duplicated(x, dx), Duplicated(y, dy))
+    np.testing.assert_allclose(dx, [0.5, 1.0, 0.25])
+    np.testing.assert_allclose(dy, [-0.25, 0.0, -3.0 / 16.0])
+    (t,) = autodiff(Forward, _divide_where_nonzero, Duplicated(x, np.ones(3)),
+                    Duplicated(y, np.ones(3)))
+    assert t == pytest.approx(0.5 + 1.0 + 0.25 - 0.25 - 3.0 / 16.0)
