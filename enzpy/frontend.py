@@ -229,15 +229,22 @@ def _same_value(a, b) -> bool:
 _NUMBA_UID = re.compile(r"B\d+v\d+")       # (the unique-id tag in Numba's mangled names)
 
 
+# Numba's pickled exceptions (class and message), named by their digest: the
+# message of one raised in an array expression names a source location that
+# differs between compilations of the same code.
+_PICKLED_EXCEPTION = re.compile(r"@\.const\.pickle(buf|data)\.[0-9a-f]+")
+
+
 def _optimized_body(cres) -> str:
     """The optimized IR of the function ``cres`` compiled, with the constants
     it reads (a global array's data: ``W[k]`` reads it at run time), its Numba
-    names made comparable across compilations."""
+    names made comparable across compilations (the exceptions it raises are
+    left out: no derivative depends on their messages)."""
     text = cres.library.get_llvm_str()
     name = cres.fndesc.mangled_name
     match = re.search(r'^define [^\n]*@"?' + re.escape(name) + r'"?\(.*?^}', text,
                       flags=re.M | re.S)
-    body = match.group(0) if match else ""
+    body = _PICKLED_EXCEPTION.sub(r"@.const.pickle\1", match.group(0) if match else "")
     constants = [line for line in re.findall(r"^@.*= .*constant .*$", text, flags=re.M)
                  if _global_names(line.split(" = ", 1)[0]) & _global_names(body)]
     return _NUMBA_UID.sub("Bv", "\n".join([body, *sorted(constants)]).replace(name, "@self"))

@@ -83,6 +83,20 @@ def dotted(x):              # V's data handed to BLAS
     return np.dot(V, V) * x * x
 
 
+U = np.array([1.0, 2.0, 3.0])
+U2 = np.array([1.0, 2.0, 3.0])
+
+
+@njit
+def summed(x):              # an array expression over a global array, unchanged
+    return (x * U).sum()
+
+
+@njit
+def summed_changed(x):
+    return (x * U2).sum()
+
+
 @njit
 def looked_up(x):           # reads an array Numba cannot fold away, unchanged
     s = 0.0
@@ -101,13 +115,16 @@ h = frozen.make_array_closure(a)
 for fn in (f, g, frozen.weighted, h, frozen.looked_up, frozen.dotted):
     fn(0.5)                         # compiled with K = 1, k = 2, W[0] = 2, a[0] = 2
 frozen.indexed(0.5, 1)
+frozen.summed(frozen.np.ones(3))
+frozen.summed_changed(frozen.np.ones(3))
 frozen.K = 4.0
 g.py_func.__closure__[0].cell_contents = 5.0
 frozen.W[0] = 5.0                   # changed in place: Numba still runs W[0] = 2
 a[0] = 5.0
 frozen.V[1] = 10.0                  # read at run time (V[k], BLAS): Numba still reads 2
+frozen.U2[0] = 10.0
 import enzpy
-from enzpy import Active, Const, Reverse, autodiff
+from enzpy import Active, Const, Duplicated, Reverse, autodiff
 refusals = []
 for fn, extra in ((f, ()), (g, ()), (frozen.weighted, ()), (h, ()),
                   (frozen.indexed, (Const(1),)), (frozen.dotted, ())):
@@ -115,13 +132,19 @@ for fn, extra in ((f, ()), (g, ()), (frozen.weighted, ()), (h, ()),
         autodiff(Reverse, fn, Active(0.7), *extra)
     except enzpy.UnsupportedError as error:
         refusals.append(str(error))
+try:
+    autodiff(Reverse, frozen.summed_changed, Duplicated(a.repeat(3), a.repeat(3) * 0))
+except enzpy.UnsupportedError as error:
+    refusals.append(str(error))
 f.recompile()                       # takes K = 4, as Numba documents
 (df,), = autodiff(Reverse, f, Active(0.7))
 frozen.weighted.recompile()
 (dw,), = autodiff(Reverse, frozen.weighted, Active(0.7))
 (dl,), = autodiff(Reverse, frozen.looked_up, Active(0.7))
+ds = frozen.np.zeros(3)
+autodiff(Reverse, frozen.summed, Duplicated(frozen.np.full(3, 0.7), ds))
 print(json.dumps({"refusals": refusals, "after_recompile": [f(0.7), df, dw],
-                  "unchanged_array": dl}))
+                  "unchanged_array": dl, "unchanged_array_expression": list(ds)}))
 '''
 
 
@@ -137,7 +160,7 @@ def test_values_changed_since_numba_compiled_before_import_are_refused(tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     global_refusal, closure_refusal, array_refusal, closure_array_refusal, \
-        indexed_refusal, dotted_refusal = out["refusals"]
+        indexed_refusal, dotted_refusal, expression_refusal = out["refusals"]
     assert "global 'K' was 1.0; it is now 4.0" in global_refusal
     assert "f.recompile()" in global_refusal
     assert "closure variable 'k' was 2.0; it is now 5.0" in closure_refusal
@@ -153,3 +176,7 @@ def test_values_changed_since_numba_compiled_before_import_are_refused(tmp_path)
     assert abs(value - 4.0 * 0.49) < 1e-12 and abs(slope - 5.6) < 1e-12
     assert abs(weighted_slope - 7.0) < 1e-12
     assert abs(out["unchanged_array"] - 2 * 0.7 * np.linspace(0.0, 1.0, 50).sum()) < 1e-9
+    # (an array expression raises a broadcasting error whose message names another source
+    # line when compiled again: the unchanged U was refused as changed)
+    assert "'summed_changed'" in expression_refusal and "'U2' held other" in expression_refusal
+    assert out["unchanged_array_expression"] == [1.0, 2.0, 3.0]
