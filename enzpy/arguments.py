@@ -159,17 +159,59 @@ def strided_like(x: np.ndarray) -> np.ndarray:
                       strides=x.strides)
 
 
+def _shadows_sharing_memory(arrays) -> dict:
+    """{``_view_key(array)``: shadow} for the arrays among ``arrays`` whose memory
+    overlaps another's (``x`` and ``x[::-1]``): their shadows are views of one
+    zero buffer, at the same distances as the arrays, so they share memory as
+    the arrays do."""
+    spans = sorted(((*_byte_span(a), a) for a in {_view_key(a): a for a in arrays}.values()
+                    if a.size), key=lambda span: span[:2])
+    groups, shadows = [], {}
+    for low, high, a in spans:
+        if groups and low < groups[-1][1]:
+            groups[-1][1] = max(groups[-1][1], high)
+            groups[-1][2].append(a)
+        else:
+            groups.append([low, high, [a]])
+    for low, high, members in groups:
+        if len(members) < 2:
+            continue
+        buffer = np.zeros(high - low + 64, dtype=np.uint8)
+        start = (low - buffer.ctypes.data) % 64          # (aligned as the arrays are)
+        for a in members:
+            shadows[_view_key(a)] = np.ndarray(a.shape, dtype=a.dtype, buffer=buffer,
+                                        offset=start + a.ctypes.data - low, strides=a.strides)
+    return shadows
+
+
+def _view_key(a: np.ndarray) -> tuple:
+    """What makes two arrays the same view of memory (a jitclass field is
+    boxed anew at every read: ids do not tell)."""
+    return a.ctypes.data, a.shape, a.strides, a.dtype.str
+
+
+def _byte_span(a: np.ndarray) -> tuple:
+    """The addresses of the first and one past the last byte ``a`` spans."""
+    low = sum(min(0, (n - 1) * s) for n, s in zip(a.shape, a.strides))
+    high = sum(max(0, (n - 1) * s) for n, s in zip(a.shape, a.strides)) + a.itemsize
+    return a.ctypes.data + low, a.ctypes.data + high
+
+
 def zeros_like(obj, _shadows=None):
     """A zero shadow for ``obj``: a float array (with ``obj``'s strides), a
     float, or a container (tuple, named tuple, list, jitclass object) of the
     same shape whose float leaves are zero; integers and other values that
     carry no derivative are kept as they are. An array or object held twice
-    gets one shadow, held twice alike."""
-    shadows = {} if _shadows is None else _shadows
+    gets one shadow, held twice alike; arrays sharing memory (views of one
+    buffer) get shadows sharing memory alike."""
+    if _shadows is None:
+        _shadows = {"sharing": _shadows_sharing_memory(list(arrays_in(obj)))}
+    shadows = _shadows
     if isinstance(obj, np.ndarray):
         if id(obj) not in shadows:
-            shadows[id(obj)] = (obj, strided_like(obj))      # (obj kept: ids stay unique)
-        return shadows[id(obj)][1]
+            shadow = shadows["sharing"].get(_view_key(obj))
+            shadows[id(obj)] = (obj, strided_like(obj) if shadow is None else shadow)
+        return shadows[id(obj)][1]      # (obj kept above: ids stay unique)
     if isinstance(obj, (float, np.floating)):
         return type(obj)(0.0)
     if isinstance(obj, tuple):

@@ -661,6 +661,57 @@ def test_a_container_shadow_that_is_a_value_is_refused():
     np.testing.assert_array_equal(b, [1.0, 2.0, 3.0])
 
 
+# -- views of one buffer in a container ----------------------------------------------------
+@njit
+def _update_by_the_mirror(t):
+    a, b = t
+    for i in range(a.size):
+        a[i] = a[i] * b[(i + 1) % a.size] + 0.1
+    return (b * np.arange(1.0, b.size + 1)).sum()
+
+
+@jitclass([("a", types.float64[:]), ("b", types.float64[:])])
+class Mirrored:
+    def __init__(self, a, b):
+        self.a = a
+        self.b = b
+
+
+@njit
+def _update_object_by_the_mirror(p):
+    return _update_by_the_mirror((p.a, p.b))
+
+
+def _mirrored_reference():
+    x, d = np.array([0.5, 1.0, 1.5, 2.0]), np.zeros(4)
+    autodiff(Reverse, _update_by_the_mirror, Duplicated((x, x[::-1]), (d, d[::-1])))
+    return d
+
+
+def test_zeros_like_gives_views_of_one_buffer_shadows_sharing_memory_alike():
+    # (it gave them shadows of their own, which the aliasing check then refused, advising
+    # enzpy.zeros_like)
+    want = _mirrored_reference()
+    np.testing.assert_allclose(want, [10.5, 6.0, 5.2, 4.0])      # (central differences)
+    x = np.array([0.5, 1.0, 1.5, 2.0])
+    t = (x, x[::-1])
+    dt = zeros_like(t)
+    assert dt[1].strides == (-8,) and np.shares_memory(dt[0], dt[1])
+    autodiff(Reverse, _update_by_the_mirror, Duplicated(t, dt))
+    np.testing.assert_allclose(dt[0], want)
+    x = np.array([0.5, 1.0, 1.5, 2.0])
+    p = Mirrored(x, x[::-1])
+    dp = zeros_like(p)
+    autodiff(Reverse, _update_object_by_the_mirror, Duplicated(p, dp))
+    np.testing.assert_allclose(dp.a, want)
+    # views with no element in common keep shadows with none in common
+    X = np.arange(12.0).reshape(3, 4)
+    columns = zeros_like([X[:, 0], X[:, 1], X[0]])
+    assert not np.shares_memory(columns[0], columns[1])
+    assert np.shares_memory(columns[0], columns[2]) and np.shares_memory(columns[1], columns[2])
+    assert [c.strides for c in columns] == [(32,), (32,), (8,)]
+
+
 # -- one jitclass object held twice -------------------------------------------------------
 @jitclass([("b", types.float64)])
 class Scalar:
