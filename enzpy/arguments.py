@@ -164,17 +164,21 @@ def _shadows_sharing_memory(arrays) -> dict:
     overlaps another's (``x`` and ``x[::-1]``): their shadows are views of one
     zero buffer, at the same distances as the arrays, so they share memory as
     the arrays do."""
-    spans = sorted(((*_byte_span(a), a) for a in {_view_key(a): a for a in arrays}.values()
-                    if a.size), key=lambda span: span[:2])
+    views = {}                              # view -> [array, how many objects are it]
+    for a in {id(a): a for a in arrays}.values():
+        views.setdefault(_view_key(a), [a, 0])[1] += 1
+    spans = sorted(((*_byte_span(a), a, count) for a, count in views.values() if a.size),
+                   key=lambda span: span[:2])
     groups, shadows = [], {}
-    for low, high, a in spans:
+    for low, high, a, count in spans:
         if groups and low < groups[-1][1]:
             groups[-1][1] = max(groups[-1][1], high)
             groups[-1][2].append(a)
+            groups[-1][3] += count
         else:
-            groups.append([low, high, [a]])
-    for low, high, members in groups:
-        if len(members) < 2:
+            groups.append([low, high, [a], count])
+    for low, high, members, count in groups:
+        if count < 2:                       # (x and x[:] are two)
             continue
         buffer = np.zeros(high - low + 64, dtype=np.uint8)
         start = (low - buffer.ctypes.data) % 64          # (aligned as the arrays are)

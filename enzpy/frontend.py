@@ -232,7 +232,7 @@ _NUMBA_UID = re.compile(r"B\d+v\d+")       # (the unique-id tag in Numba's mangl
 # Numba's pickled exceptions (class and message), named by their digest: the
 # message of one raised in an array expression names a source location that
 # differs between compilations of the same code.
-_PICKLED_EXCEPTION = re.compile(r"@\.const\.pickle(buf|data)\.[0-9a-f]+")
+_PICKLED_EXCEPTION = re.compile(r"@\.const\.pickle(buf|data)\.[\w.]+")
 
 
 def _optimized_body(cres) -> str:

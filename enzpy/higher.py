@@ -195,7 +195,8 @@ def _jacobian_of_writes_by_rows(disp, initial):
         rows.append(dx.ravel())
     if not rows:                        # nothing written
         return np.zeros(out.shape + x.shape, dtype=out.dtype), last
-    return np.stack(rows).reshape(out.shape + x.shape), last
+    # (of out's dtype, as forward mode's columns are)
+    return np.stack(rows).astype(out.dtype, copy=False).reshape(out.shape + x.shape), last
 
 
 def _basis(x):

@@ -237,7 +237,8 @@ def _shadows_mix(x, dx, y, dy, held):
 
 def _for_each_array(ty, expr, position, indent, body) -> list:
     """Lines running ``body(array expression, indent)`` on each array a value
-    of type ``ty`` (at ``expr``) holds: in tuples, lists and jitclass fields."""
+    of type ``ty`` (at ``expr``) holds: in tuples, lists, dictionaries and
+    jitclass fields."""
     if isinstance(ty, types.Array):
         return body(expr, indent)
     if isinstance(ty, types.BaseTuple):
@@ -246,10 +247,12 @@ def _for_each_array(ty, expr, position, indent, body) -> list:
     if isinstance(ty, types.ClassInstanceType):
         return [line for name, t in ty.struct.items()
                 for line in _for_each_array(t, f"{expr}.{name}", position, indent, body)]
-    if isinstance(ty, (types.List, types.ListType)):
+    if isinstance(ty, (types.List, types.ListType, types.DictType)):
         item = f"item{next(_item_names)}"
-        inner = _for_each_array(ty.dtype, item, position, indent + "    ", body)
-        return [f"{indent}for {item} in {expr}:"] + inner if inner else []
+        items, held = (f"{expr}.values()", ty.value_type) if isinstance(ty, types.DictType) \
+            else (expr, ty.dtype)
+        inner = _for_each_array(held, item, position, indent + "    ", body)
+        return [f"{indent}for {item} in {items}:"] + inner if inner else []
     if not pipeline._may_hold_arrays(ty):
         return []
     raise UnsupportedError(

@@ -754,25 +754,36 @@ def _alias_checks(ctx, readonly, symbol, signature):
                    if kind == "arg" and i in owner}
     written_arrays = sorted(written & arrays)
     apart = [(w, r) for w in sorted(written) for r in sorted(holders - written)]
-    apart += [(w, r) for w, r in itertools.combinations(written_arrays, 2)
+    apart += [(w, r) for w, r in itertools.combinations(sorted(written & holders), 2)
               if not kinds[w] == kinds[r] == "Duplicated"]
     return apart, [p for p in written_arrays if kinds[p] == "Duplicated"]
 
 
-def _may_hold_arrays(ty) -> bool:
-    """Whether a value of Numba type ``ty`` is or may hold an array (anything
-    but scalars, strings and functions, unless its structure says no)."""
+def _may_hold_arrays(ty, _open=()) -> bool:
+    """Whether a value of Numba type ``ty`` is or may hold an array: by its
+    structure, False for scalars, strings, slices, dtypes and functions, True
+    for any other type (``_open``: the jitclasses being looked into, for
+    linked structures)."""
     if isinstance(ty, types.Array):
         return True
     if isinstance(ty, types.BaseTuple):
-        return any(_may_hold_arrays(t) for t in ty.types)
+        return any(_may_hold_arrays(t, _open) for t in ty.types)
     if isinstance(ty, (types.List, types.ListType)):
-        return _may_hold_arrays(ty.dtype)
+        return _may_hold_arrays(ty.dtype, _open)
+    if isinstance(ty, types.DictType):
+        return _may_hold_arrays(ty.value_type, _open)
+    if isinstance(ty, types.Optional):
+        return _may_hold_arrays(ty.type, _open)
+    if isinstance(ty, types.DeferredType):
+        return _may_hold_arrays(ty.get(), _open)
     if isinstance(ty, types.ClassInstanceType):
-        return any(_may_hold_arrays(t) for t in ty.struct.values())
+        return ty not in _open and any(_may_hold_arrays(t, _open + (ty,))
+                                       for t in ty.struct.values())
     return not isinstance(ty, (types.Number, types.Boolean, types.NoneType, types.Omitted,
-                               types.UnicodeType, types.Record, types.EnumMember,
-                               types.NPDatetime, types.NPTimedelta, types.Callable))
+                               types.UnicodeType, types.StringLiteral, types.Record,
+                               types.EnumMember, types.NPDatetime, types.NPTimedelta,
+                               types.Callable, types.SliceType, types.DType,
+                               types.NumberClass, types.RangeType))
 
 
 def _return_slot_type(ctx, restype) -> str:

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 import pytest
 from numba import njit
+from numba.experimental import jitclass
 
 import enzpy
 from enzpy import (Active, Const, Duplicated, Forward, ForwardWithPrimal, Reverse,
@@ -395,3 +397,50 @@ def test_star_args_and_missing_arguments_inside_njit_are_named():
         star(1.5)
     with pytest.raises(Exception, match="least_squares: missing the argument"):
         missing(1.5)
+
+
+@njit
+def _squares_a_slice_into(x, part, out):
+    out[0] = (x[part] ** 2).sum()
+
+
+@njit
+def _through_a_slice(x, part):
+    dx, out = np.zeros_like(x), np.zeros(1)
+    autodiff(Reverse, _squares_a_slice_into, Duplicated(x, dx), Const(part),
+             Duplicated(out, np.ones(1)))
+    return dx
+
+
+_link = numba.deferred_type()
+
+
+@jitclass([("v", numba.float64), ("next", numba.optional(_link))])
+class _Link:
+    def __init__(self, v):
+        self.v = v
+        self.next = None
+
+
+_link.define(_Link.class_type.instance_type)
+
+
+@njit
+def _scaled_by_the_head_into(x, head, out):
+    out[0] = x[0] * head.v
+
+
+@njit
+def _through_a_linked_object(x, head):
+    dx, out = np.zeros_like(x), np.zeros(1)
+    autodiff(Reverse, _scaled_by_the_head_into, Duplicated(x, dx), Const(head),
+             Duplicated(out, np.ones(1)))
+    return dx
+
+
+def test_const_arguments_holding_no_array_beside_a_written_one_inside_njit():
+    # (a slice, or a linked jitclass of floats, was refused as a container enzpy could not
+    # walk for arrays sharing the written one's memory)
+    np.testing.assert_allclose(_through_a_slice(np.arange(1.0, 5.0), slice(1, 3)),
+                               [0.0, 4.0, 6.0, 0.0])
+    np.testing.assert_allclose(_through_a_linked_object(np.ones(2), _Link(3.0)), [3.0, 0.0])

@@ -719,6 +719,8 @@ def test_jacobian_of_a_function_writing_fewer_entries_than_x_runs_one_reverse_pa
     modes.clear()
     jacobian(out_writer, x[:2].copy(), 0.5, np.zeros(3))          # taller: forward
     assert modes == [Forward] * 2
+    # of the output's dtype, as by columns
+    assert jacobian(out_writer, x.astype(np.float32), 0.5, np.zeros(3)).dtype == np.float64
 
 
 @njit
