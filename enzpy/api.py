@@ -208,10 +208,12 @@ def _shadow_values(args, values, positions, written=()):
         elif not _is_float_scalar(x):
             check_shadow(i, x, dx)
         shadows.append(dx)
+    # (objects first: the arrays of an object held twice are walked once, so its
+    # array pairs line up only if it has one shadow)
+    _check_object_shadows(args, values, positions)
     pairs = _array_shadow_pairs(args, positions)
     _check_shadows_apart(pairs, written)
     _check_shadows_off_values(values, pairs)
-    _check_object_shadows(args, values, positions)
     for k, (dx, slot) in enumerate(copies or ()):
         stand_in = strided_like(args[positions[slot]].val)
         stand_in[...] = dx

@@ -238,18 +238,21 @@ def zeros_like(obj, _shadows=None):
 
 def arrays_in(obj):
     """The NumPy arrays ``obj`` is or holds: in tuples, lists, typed lists and
-    dictionaries, and the fields of jitclass objects, at any depth."""
-    if isinstance(obj, np.ndarray):
-        yield obj
-    elif isinstance(obj, (tuple, list, typed.List)):
-        for v in obj:
-            yield from arrays_in(v)
-    elif isinstance(obj, (dict, typed.Dict)):
-        for v in obj.values():
-            yield from arrays_in(v)
-    else:
-        for name in _object_fields(obj) or ():
-            yield from arrays_in(getattr(obj, name))
+    dictionaries, and the fields of jitclass objects, at any depth, in order
+    (an object's fields once: a linked structure may be long, or a cycle)."""
+    pending, visited = [obj], set()
+    while pending:
+        obj = pending.pop()
+        if isinstance(obj, np.ndarray):
+            yield obj
+        elif isinstance(obj, (tuple, list, typed.List)):
+            pending += reversed(list(obj))
+        elif isinstance(obj, (dict, typed.Dict)):
+            pending += reversed(list(obj.values()))
+        elif (fields := _object_fields(obj)) is not None and \
+                (address := object_address(obj)) not in visited:
+            visited.add(address)
+            pending += [getattr(obj, name) for name in reversed(fields)]
 
 
 def objects_in(obj, _path=()):

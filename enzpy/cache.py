@@ -27,6 +27,7 @@ from .parallel import DISCARD, name_parallel_loops
 from .typeddict import name_dict_calls
 from .blas import BLAS_RUNTIME
 from .forward import FORWARD_RUNTIME, ForwardDerivative, ForwardGenerator
+from .generator import USER_FUNCTION
 from .irtext import definitions
 from .reverse import FunctionDerivative, ReverseGenerator
 from .runtime import FREE_SHADOW_FUNCTION, MEMORY_RUNTIME, RESIZE_SHADOW_FUNCTION
@@ -117,7 +118,8 @@ class ModuleBuilder:
         name_dict_calls(module)
         self._lines = {}
         self._elements = {}
-        # symbol -> parameters that receive memory of the user's own arguments
+        # symbol -> {parameter receiving memory of the differentiated function's
+        # arguments: the name of that argument (USER_FUNCTION: its own; None: unknown)}
         self.user_args = {}
 
     # -- queries from the generators ------------------------------------------
@@ -379,7 +381,7 @@ class ModuleBuilder:
 
     # -- building -------------------------------------------------------------
     def build(self, symbol, activity, nonnull=frozenset()) -> FunctionDerivative:
-        self.user_args[symbol] = set(range(len(activity)))
+        self.user_args[symbol] = dict.fromkeys(range(len(activity)), USER_FUNCTION)
         root = self.derivative(symbol, activity, nonnull=self.root_nonnull(symbol, nonnull))
         while self._pending:
             self._generate(self._pending.pop())

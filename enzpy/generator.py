@@ -22,6 +22,8 @@ from .runtime import VARSIZE_FREE
 # derivative is zero. Other functions returning a float directly are refused.
 FLOOR_QUOTIENT = re.compile(r"numba6python3remE")
 # Numba's name of an argument's LLVM parameter: arg.x, or arg.a.4 for a field of array a
+# In ``ModuleBuilder.user_args``: an argument of the differentiated function itself
+USER_FUNCTION = "the differentiated function's own"
 _NUMBA_ARGUMENT = re.compile(r"^arg\.(\w+?)(?:\.\d+)*$")
 
 
@@ -78,15 +80,7 @@ class DerivativeGenerator:
                             f"written to memory without a shadow (`{ins.text}`)"
                             f"{self._where(ins)}{self._const_advice(out)}")
                 if ins.opcode == "call" and self._escapes(ins):
-                    if self._calls_autodiff():
-                        error = UnsupportedError(
-                            "code calling enzpy.autodiff inside @njit cannot itself be "
-                            "differentiated yet (nested AD: the inner derivative is machine "
-                            "code enzpy cannot see into); for second order use enzpy.hvp or "
-                            "enzpy.hessian, or give the function calling autodiff a "
-                            "derivative with enzpy.defvjp")
-                        error.construct = "enzpy.autodiff"
-                        raise error
+                    self._refuse_nested_autodiff()
                     python_object = PYTHON_OBJECT_CALL.match(ins.callee or "")
                     what = (f"'{ins.callee}', which enzpy cannot differentiate" if ins.callee
                             else "an indirect call (indirect call with active arguments)")
@@ -105,6 +99,7 @@ class DerivativeGenerator:
                         and not rules.MEMORY_CALLS.match(ins.callee) \
                         and not self.integer_memory_call(ins) \
                         and any(self.act.is_shadowed(a) for a in ins.args):
+                    self._refuse_nested_autodiff()
                     raise UnsupportedError(
                         f"call to '{ins.callee or 'an indirect function'}' with "
                         f"differentiable memory{self._where(ins)}{explain(ins.callee)}")
@@ -159,11 +154,20 @@ class DerivativeGenerator:
         return (f"; this is the set made at line {lines[0]}: sets of floats are not "
                 f"differentiated (a set resizes its table by freeing it), use a list or an array")
 
-    def _calls_autodiff(self) -> bool:
-        """Whether this is enzpy's entry to a built derivative (``backend.numba_entry``),
-        which ``autodiff`` inside @njit calls."""
+    def _refuse_nested_autodiff(self):
+        """Raise where this is enzpy's entry to a built derivative
+        (``backend.numba_entry``), which ``autodiff`` inside @njit calls, with
+        floats or arrays depending on the differentiated inputs."""
         low = self.builder.lowered.get(self.fn.name)
-        return low is not None and low.dispatcher.py_func.__module__ == "enzpy.backend"
+        if low is None or low.dispatcher.py_func.__module__ != "enzpy.backend":
+            return
+        error = UnsupportedError(
+            "code calling enzpy.autodiff inside @njit cannot itself be differentiated yet "
+            "(nested AD: the inner derivative is machine code enzpy cannot see into); for "
+            "second order use enzpy.hvp or enzpy.hessian, or give the function calling "
+            "autodiff a derivative with enzpy.defvjp")
+        error.construct = "enzpy.autodiff"
+        raise error
 
     def _rule_advice(self) -> str:
         """How to differentiate through code enzpy cannot see into."""
@@ -215,17 +219,29 @@ class DerivativeGenerator:
         return found
 
     def _argument_name(self, ptr):
-        """The name of the user's argument the memory at ``ptr`` belongs to, or None."""
-        names = {m.group(1) for index in self._user_arguments_holding(ptr)
-                 if (m := _NUMBA_ARGUMENT.match(self.fn.args[index].name))}
+        """The name, in this function, of the argument the memory at ``ptr``
+        belongs to, or None."""
+        names = {self._local_name(index) for index in self._user_arguments_holding(ptr)}
         return names.pop() if len(names) == 1 else None
+
+    def _local_name(self, index):
+        m = _NUMBA_ARGUMENT.match(self.fn.args[index].name)
+        return m.group(1) if m else None
+
+    def _differentiated_argument(self, index):
+        """The name of the argument of the differentiated function that this
+        function's argument ``index`` comes from, or None (unknown, or several)."""
+        name = self.builder.user_args.get(self.fn.name, {}).get(index)
+        return self._local_name(index) if name is USER_FUNCTION else name
 
     def _const_advice(self, ptr) -> str:
         """Advice to pass the written argument as Duplicated, where the memory
-        written belongs to an argument of the user's function."""
-        if not self._user_arguments_holding(ptr):
+        written belongs to an argument of the differentiated function."""
+        holding = self._user_arguments_holding(ptr)
+        if not holding:
             return ""
-        name = self._argument_name(ptr)
+        names = {self._differentiated_argument(index) for index in holding}
+        name = names.pop() if len(names) == 1 else None
         which = f"'{name}'" if name else "the argument it writes"
         return f": pass {which} as Duplicated(value, zero shadow), not Const"
 
@@ -251,11 +267,13 @@ class DerivativeGenerator:
     def _callee(self, ins):
         key = id(ins)
         if key not in self.calls:
-            user_args = self.builder.user_args.get(self.fn.name, ())
-            passed = {k for k, a in enumerate(ins.args)
-                      if any(kind == "arg" and index in user_args
-                             for kind, index in self._roots(a))}
-            self.builder.user_args.setdefault(ins.callee, set()).update(passed)
+            passed = self.builder.user_args.setdefault(ins.callee, {})
+            for k, a in enumerate(ins.args):
+                names = {self._differentiated_argument(index)
+                         for index in self._user_arguments_holding(a)}
+                if names:
+                    name = names.pop() if len(names) == 1 else None
+                    passed[k] = name if passed.get(k, name) == name else None
             self.calls[key] = self.builder.derivative(
                 ins.callee, self.act.call_activity(ins), getattr(self.d, "atomic", False),
                 self.builder.stable_operands(self.fn, ins),

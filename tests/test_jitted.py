@@ -328,6 +328,32 @@ def test_differentiating_code_that_calls_autodiff_is_refused_by_name(mode):
     assert "'entry'" not in str(info.value)
 
 
+@njit
+def _log_density(q):
+    return -0.5 * np.sum(q * q * q)
+
+
+@njit
+def _gradient_of_log_density(q):
+    g = np.zeros_like(q)
+    autodiff(Reverse, _log_density, Duplicated(q, g))
+    return g
+
+
+@njit
+def _leapfrog_like(q):
+    return np.sum(q + 0.1 * _gradient_of_log_density(q))
+
+
+def test_nested_autodiff_of_an_array_is_refused_by_name_too():
+    # (a Duplicated array handed to the inner autodiff said "call to 'an indirect
+    # function' with differentiable memory in function 'entry'")
+    with pytest.raises(enzpy.UnsupportedError,
+                       match=r"enzpy.autodiff at test_jitted.py:\d+: code calling enzpy.autodiff"
+                             r" inside @njit cannot itself be differentiated"):
+        enzpy.gradient(_leapfrog_like, np.array([0.3, -0.2, 0.5]))
+
+
 def _source_line(number):
     with open(__file__) as fh:
         return fh.read().splitlines()[number - 1]

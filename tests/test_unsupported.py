@@ -130,6 +130,21 @@ def unsup_store_to_const(x, out):
 
 
 @njit
+def unsup_rhs_into(y, k, out):
+    out[0] = -k[0] * y[0]
+    out[1] = k[0] * y[0] - k[1] * y[1]
+
+
+@njit
+def unsup_scratch_through_callee(y0, k, work):
+    y = y0.copy()
+    for _ in range(3):
+        unsup_rhs_into(y, k, work)
+        y += 0.05 * work
+    return y[1]
+
+
+@njit
 def unsup_store_to_const_list(x, outs):
     outs[0][0] = x * x
     return outs[0][0]
@@ -296,6 +311,10 @@ CORPUS = [
      lambda: [Active(1.5), Const(np.zeros(2))], UnsupportedError, "unsup_store_to_const",
      ["without a shadow", "pass 'out' as Duplicated",
       f"near line {_line_of(unsup_store_to_const, 'out[0] =')})"]),
+    # (the advice named the callee's parameter 'out', which the user cannot pass)
+    ("active_value_into_const_scratch_of_a_callee", unsup_scratch_through_callee,
+     lambda: [_dup(np.array([1.2, 0.5])), Const(np.array([1.0, 0.5])), Const(np.zeros(2))],
+     UnsupportedError, "unsup_rhs_into", ["without a shadow", "pass 'work' as Duplicated"]),
     # (the advice to pass it as Duplicated reached arrays passed themselves only)
     ("active_value_into_const_list", unsup_store_to_const_list,
      lambda: [Active(1.5), Const([np.zeros(2)])], UnsupportedError,
