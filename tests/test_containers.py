@@ -911,6 +911,50 @@ def test_a_written_array_held_in_a_written_or_typed_const_container_is_refused()
     np.testing.assert_allclose(dx, [1.0, 2.0, 3.0])
 
 
+_ring_node = numba.deferred_type()
+
+
+@jitclass([("w", types.float64[:]), ("next", numba.optional(_ring_node))])
+class _RingNode:
+    def __init__(self, w):
+        self.w = w
+        self.next = None
+
+
+_ring_node.define(_RingNode.class_type.instance_type)
+
+
+@njit
+def _doubles_x_reads_the_ring(x, head):
+    x[0] = x[0] * 2.0
+    s, node = 0.0, head
+    for _ in range(3):
+        s += node.w[0]
+        node = node.next
+    return s * x[1] + x[0]
+
+
+def _ring(first, length):
+    head = _RingNode(first)
+    tail = head
+    for _ in range(length - 1):
+        tail.next = _RingNode(np.ones(1))
+        tail = tail.next
+    tail.next = head
+    return head
+
+
+def test_a_const_ring_of_objects_beside_a_written_array_is_walked_once():
+    # (RecursionError: the arrays of a cyclic or long linked structure were walked recursively)
+    x, dx = np.ones(2), np.zeros(2)
+    autodiff(Reverse, _doubles_x_reads_the_ring, Duplicated(x, dx), Const(_ring(np.ones(1), 3000)))
+    np.testing.assert_allclose(dx, [2.0, 3.0])
+    x = np.ones(2)
+    with pytest.raises(ValueError, match="arguments 0 and 1 share memory"):
+        autodiff(Reverse, _doubles_x_reads_the_ring, Duplicated(x, np.zeros(2)),
+                 Const(_ring(x, 5)))
+
+
 @njit
 def _inside_with_list(x):
     return autodiff(Forward, _writes_x_reads_list, Duplicated(x, np.ones(3)), Const([x]))
