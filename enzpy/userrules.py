@@ -562,8 +562,8 @@ def _reverse_glue(glue):
                         f"returns {glue.restype}")
     box_type = _BoxType([("res", res_type), ("out", out_type), ("shadow", out_type)])
     namespace = {"fwd": spec.fwd, "bwd": spec.bwd, "np": np, "new": structref.new,
-                 "RuleShapeError": RuleShapeError, "Box": box_type, "_zero_shadow": _zero_shadow, "_cotangent": _cotangent,
-                 "_owned": _owned}
+                 "RuleShapeError": RuleShapeError, "Box": box_type,
+                 "_zero_shadow": _zero_shadow, "_cotangent": _cotangent, "_owned": _owned}
     aug_source = (f"def aug({xs}):\n"
                   f"    out, res = fwd({xs})\n"
                   f"    box = new(Box)\n    box.res = _owned(res)\n    box.out = out\n"
@@ -627,8 +627,9 @@ def _forward_glue(glue):
     # (laying out a tangent of another shape would read past its end)
     message = f"{spec.name}: jvp's tangent does not have the shape of the result"
     for path in _array_paths(glue.restype):
+        which = f"{message} (item {path})" if path else message
         lines += [f"    if tangent{path}.shape != out{path}.shape:",
-                  f"        raise RuleShapeError({message + (f' (item {path})' if path else '')!r})"]
+                  f"        raise RuleShapeError({which!r})"]
     lines.append("    return out, _laid_out_like(out, tangent)")
     fwd_types = tuple(argtypes) * 2 + (types.int64,) * len(arrays)
     namespace = {"jvp": spec.jvp, "np": np, "_laid_out_like": _laid_out_like,
