@@ -33,7 +33,7 @@ from numba.core.registry import cpu_target
 from numba.core import cgutils
 from numba.core import ir as numba_ir
 
-from . import backend, diskcache
+from . import backend, diskcache, fingerprint
 from .analysis import ARRAY_ALLOCATORS
 from .arguments import arrays_in
 from .errors import InternalError, UnsupportedError
@@ -235,6 +235,12 @@ _NUMBA_UID = re.compile(r"B\d+v\d+")       # (the unique-id tag in Numba's mangl
 _PICKLED_EXCEPTION = re.compile(r"@\.const\.pickle(buf|data)\.[\w.]+")
 
 
+# Fast-math flags: Numba compiles a callee with its first caller's (``fastmath``
+# is inherited), lowered again it gets its own; they say nothing of the data.
+_FAST_MATH_FLAGS = re.compile(r"( (?:fadd|fsub|fmul|fdiv|frem|fneg|fcmp|call|select|phi))"
+                              r"(?: (?:fast|nnan|ninf|nsz|arcp|contract|afn|reassoc))+\b")
+
+
 def _optimized_body(cres) -> str:
     """The optimized IR of the function ``cres`` compiled, with the constants
     it reads (a global array's data: ``W[k]`` reads it at run time), its Numba
@@ -245,6 +251,7 @@ def _optimized_body(cres) -> str:
     match = re.search(r'^define [^\n]*@"?' + re.escape(name) + r'"?\(.*?^}', text,
                       flags=re.M | re.S)
     body = _PICKLED_EXCEPTION.sub(r"@.const.pickle\1", match.group(0) if match else "")
+    body = _FAST_MATH_FLAGS.sub(r"\1", body)
     constants = [line for line in re.findall(r"^@.*= .*constant .*$", text, flags=re.M)
                  if _global_names(line.split(" = ", 1)[0]) & _global_names(body)]
     return _NUMBA_UID.sub("Bv", "\n".join([body, *sorted(constants)]).replace(name, "@self"))
@@ -280,10 +287,10 @@ def _check_frozen_values(dispatcher, argtypes, cres):
 def _refuse_frozen(dispatcher, kind, name, change):
     what = "global" if kind == "Global" else "closure variable"
     raise UnsupportedError(
-        f"Numba compiled '{dispatcher.py_func.__qualname__}' before enzpy was imported, when "
-        f"its {what} '{name}' {change}, and Numba still runs the code it compiled then: call "
-        f"{dispatcher.py_func.__name__}.recompile() to take the new value (or import enzpy "
-        f"before Numba compiles)")
+        f"Numba compiled '{dispatcher.py_func.__qualname__}' before enzpy saw it (before enzpy "
+        f"was imported, or into its disk cache: cache=True), when its {what} '{name}' "
+        f"{change}, and Numba still runs the code it compiled then: call "
+        f"{dispatcher.py_func.__name__}.recompile() to take the new value")
 
 
 def _short_repr(v) -> str:
@@ -582,6 +589,69 @@ def lower(dispatcher, argtypes) -> Lowered:
                 f"for literal arguments) on {asked}: enzpy differentiates the code compiled "
                 f"for the arguments' types, not for their values") from None
     return Lowered(dispatcher, argtypes)
+
+
+def refuse_stale_numba_cache(dispatcher):
+    """Refuse where Numba loaded a function ``dispatcher`` reaches (itself
+    included) from its disk cache (``cache=True``), saved before the source
+    file of a function that function calls changed: Numba compares the cached
+    function's own file only and keeps running the callee's old code, while
+    enzpy would differentiate today's."""
+    reached = _walk(dispatcher)
+    for disp in reached.dispatchers if reached is not None else ():
+        saved = _numba_cache_saved(disp)
+        walk = _walk(disp) if saved is not None else None
+        if walk is None:
+            continue
+        own = disp.py_func.__code__.co_filename        # (Numba checks that one)
+        for code in walk.codes:
+            if code.co_filename == own:
+                continue
+            try:
+                changed = os.path.getmtime(code.co_filename) > saved
+            except OSError:
+                continue
+            if changed:
+                name = disp.py_func.__qualname__
+                raise UnsupportedError(
+                    f"Numba loaded '{name}' from its disk cache (cache=True), saved before "
+                    f"{os.path.basename(code.co_filename)} (of '{code.co_name}', which it "
+                    f"calls) changed; Numba checks the cached function's own file only, so it "
+                    f"may still run the old code: call {disp.py_func.__name__}.recompile() "
+                    f"(or delete Numba's cache of it) before differentiating")
+
+
+def _walk(dispatcher):
+    """The code and dispatchers ``dispatcher`` reaches (a ``Fingerprint``), or
+    None where a value on the way cannot be walked."""
+    walk = fingerprint.Fingerprint()
+    try:
+        walk.dispatcher(dispatcher)
+    except NotCacheable:
+        return None
+    return walk
+
+
+def _numba_cache_saved(dispatcher):
+    """When Numba saved the oldest of the overloads of ``dispatcher`` it loaded
+    from its disk cache in this process (a timestamp), or None."""
+    hits = [sig for sig, count in getattr(dispatcher, "_cache_hits", {}).items() if count]
+    cache = getattr(dispatcher, "_cache", None)
+    if not hits or cache is None:
+        return None
+    try:
+        files = cache._cache_file
+        index = files._load_index()
+        codegen = dispatcher.targetctx.codegen()
+        names = [index.get(cache._index_key(sig, codegen)) for sig in hits]
+        if None in names:
+            raise LookupError("an overload not in the index")
+        return min(os.path.getmtime(os.path.join(files._cache_path, n)) for n in names)
+    except Exception:           # (Numba's cache internals moved): its index, saved last
+        try:
+            return os.path.getmtime(cache._cache_file._index_path)
+        except (AttributeError, OSError):
+            return None
 
 
 def dispatcher_of(symbol: str):

@@ -231,6 +231,7 @@ class Build:
             return self.captured
         with self.stage("numba_compile", user_code=True), frontend.numba_timings() as split:
             low = frontend.lower(self._root(), self.argtypes)
+            frontend.refuse_stale_numba_cache(self.disp)
             # (callees Numba compiled already are only looked up here)
             lowered = frontend.collect_module(low)
         self.report.numba = split
@@ -387,6 +388,7 @@ class Build:
         codegen = self.ctx.codegen()
         with self.stage("cache_lookup"):
             if compiled:
+                frontend.refuse_stale_numba_cache(self.disp)
                 self.compiled_digest = self._compiled_digest()
             if self.fingerprint.key in diskcache.unloadable:
                 # its names may be half defined in this process: build it unnamed

@@ -97,6 +97,19 @@ def summed_changed(x):
     return (x * U2).sum()
 
 
+W3 = np.array([1.0, 2.0])
+
+
+@njit
+def scaled_by_w3(x):        # compiled by a fastmath caller: Numba gives it the caller's flags
+    return np.exp(x) * W3[1]
+
+
+@njit(fastmath=True)
+def fast_caller(x):
+    return scaled_by_w3(x) + x
+
+
 @njit
 def looked_up(x):           # reads an array Numba cannot fold away, unchanged
     s = 0.0
@@ -115,6 +128,7 @@ h = frozen.make_array_closure(a)
 for fn in (f, g, frozen.weighted, h, frozen.looked_up, frozen.dotted):
     fn(0.5)                         # compiled with K = 1, k = 2, W[0] = 2, a[0] = 2
 frozen.indexed(0.5, 1)
+frozen.fast_caller(0.3)
 frozen.summed(frozen.np.ones(3))
 frozen.summed_changed(frozen.np.ones(3))
 frozen.K = 4.0
@@ -141,10 +155,11 @@ f.recompile()                       # takes K = 4, as Numba documents
 frozen.weighted.recompile()
 (dw,), = autodiff(Reverse, frozen.weighted, Active(0.7))
 (dl,), = autodiff(Reverse, frozen.looked_up, Active(0.7))
+(dfast,), = autodiff(Reverse, frozen.fast_caller, Active(0.4))
 ds = frozen.np.zeros(3)
 autodiff(Reverse, frozen.summed, Duplicated(frozen.np.full(3, 0.7), ds))
 print(json.dumps({"refusals": refusals, "after_recompile": [f(0.7), df, dw],
-                  "unchanged_array": dl, "unchanged_array_expression": list(ds)}))
+                  "unchanged_array": dl, "unchanged_array_expression": list(ds), "fast_caller": dfast}))
 '''
 
 
@@ -180,3 +195,72 @@ def test_values_changed_since_numba_compiled_before_import_are_refused(tmp_path)
     # line when compiled again: the unchanged U was refused as changed)
     assert "'summed_changed'" in expression_refusal and "'U2' held other" in expression_refusal
     assert out["unchanged_array_expression"] == [1.0, 2.0, 3.0]
+    # (refused as if W3 had changed: Numba compiled the callee with its caller's fast-math
+    # flags, lowered again it has none)
+    assert abs(out["fast_caller"] - (2.0 * np.exp(0.4) + 1.0)) < 1e-12
+
+
+CACHED_CALLEE = '''
+import math
+from numba import njit
+@njit(cache=True)
+def g(x):
+    return math.sin(x)
+'''
+
+CACHED_CALLER = '''
+from numba import njit
+from cached_callee import g
+@njit(cache=True)
+def f(x):
+    return g(x) * x
+'''
+
+CACHED_DRIVE = '''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from cached_caller import f
+if sys.argv[2] == "prime":
+    f(0.7)
+    sys.exit()
+if sys.argv[2] == "recompile":
+    f(0.7)
+    f.recompile()
+import enzpy
+try:
+    (d,), = enzpy.autodiff(enzpy.Reverse, f, enzpy.Active(0.7))
+    print(json.dumps({"derivative": d, "primal": f(0.7)}))
+except enzpy.UnsupportedError as error:
+    print(json.dumps({"refused": str(error)}))
+'''
+
+
+def test_a_numba_cached_function_whose_callee_file_changed_is_refused(tmp_path):
+    """Numba's cache of f checks f's file only: after g's file changed, Numba
+    still runs the old g (sin) while enzpy lowered today's (cos), so the
+    derivative was that of code Numba does not run (0.31 where f' is 1.18)."""
+    for name, text in (("cached_callee.py", CACHED_CALLEE), ("cached_caller.py", CACHED_CALLER),
+                       ("drive.py", CACHED_DRIVE)):
+        (tmp_path / name).write_text(text)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba_cache"),
+               ENZPY_CACHE_DIR=str(tmp_path / "enzpy_cache"), PYTHONDONTWRITEBYTECODE="1")
+
+    def run(step):
+        done = subprocess.run([sys.executable, str(tmp_path / "drive.py"), str(tmp_path), step],
+                              capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1]) if step != "prime" else None
+
+    run("prime")
+    assert abs(run("differentiate")["derivative"] - (np.cos(0.7) * 0.7 + np.sin(0.7))) < 1e-12
+    for folder, _, files in os.walk(tmp_path / "numba_cache"):   # (saved a while ago: coarse clocks)
+        for name in files:
+            earlier = os.path.getmtime(os.path.join(folder, name)) - 10.0
+            os.utime(os.path.join(folder, name), (earlier, earlier))
+    (tmp_path / "cached_callee.py").write_text(CACHED_CALLEE.replace("math.sin", "math.cos"))
+    refused = run("differentiate")["refused"]
+    assert "Numba loaded 'f' from its disk cache" in refused
+    assert "cached_callee.py" in refused and "f.recompile()" in refused
+    after = run("recompile")             # as the message says: today's g, in Numba and enzpy
+    assert abs(after["primal"] - np.cos(0.7) * 0.7) < 1e-12
+    assert abs(after["derivative"] - (np.cos(0.7) - 0.7 * np.sin(0.7))) < 1e-12
