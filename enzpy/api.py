@@ -94,14 +94,17 @@ def _dispatcher(f, caller="autodiff"):
 
 
 def _values_read(f) -> tuple:
-    """The globals and closure values a plain function reads: a digest of each
-    (arrays by their content), or its identity where it has none (modules,
-    functions, other objects)."""
+    """The globals, module attributes and closure values a plain function
+    reads: a digest of each (arrays by their content), or its identity where it
+    has none (modules, functions, other objects)."""
     code = getattr(f, "__code__", None)
     if code is None:
         return ()
     names = getattr(f, "__globals__", {})
     values = [names[n] for n in code.co_names if n in names]
+    # (``params.S``: an attribute of a module it reads, which Numba freezes too)
+    values += [getattr(m, n) for m in list(values) if inspect.ismodule(m)
+               for n in code.co_names if n in vars(m)]
     for cell in getattr(f, "__closure__", None) or ():
         try:
             values.append(cell.cell_contents)

@@ -208,6 +208,20 @@ def test_a_plain_function_reads_todays_globals():
         np.testing.assert_array_equal(enzpy.gradient(g, np.ones(2)), [5.0, 7.0])
 
 
+def test_a_plain_function_reads_todays_module_attributes():
+    # (params.S changed from 1 to 5: the derivative stayed cos(x), in gradient and hvp)
+    import types
+    params = types.ModuleType("params")
+    params.S = 1.0
+    namespace = {"math": math, "params": params}
+    exec("def f(x):\n    return math.sin(x) * params.S\n", namespace)
+    f = namespace["f"]
+    assert enzpy.gradient(f, 0.7) == pytest.approx(math.cos(0.7))
+    params.S = 5.0
+    assert enzpy.gradient(f, 0.7) == pytest.approx(5.0 * math.cos(0.7))
+    assert enzpy.hvp(f, 0.7, 1.0) == pytest.approx(-5.0 * math.sin(0.7))
+
+
 @njit
 def _sine_energy(x):
     return np.sum(np.sin(x) * x)
