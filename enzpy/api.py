@@ -81,6 +81,11 @@ def _dispatcher(f, caller="autodiff"):
                         f"{caller} takes the function first, and no mode")
     if not callable(f):
         raise TypeError(f"{caller} expects a function, got {type(f).__name__}")
+    if inspect.ismethod(f):
+        raise TypeError(f"{caller} expects a function, got the bound method "
+                        f"'{f.__qualname__}': differentiate a function taking the object as an "
+                        f"argument (def g(obj, x): return obj.{f.__name__}(x)), the object "
+                        f"annotated like any argument")
     found = _jitted.get(f)
     state = _values_read(f)
     if found is None:

@@ -85,6 +85,17 @@ def test_not_callable():
         autodiff(Reverse, 42, Active(1.0))
 
 
+def test_a_bound_method_is_refused_with_the_way_to_differentiate_it():
+    # (Numba's "The decorated object is not a function (got type <class 'method'>)")
+    class Model:
+        def energy(self, x):
+            return x * x
+
+    with pytest.raises(TypeError, match=r"bound method 'test_a_bound.*Model.energy'.*"
+                                        r"def g\(obj, x\): return obj.energy\(x\)"):
+        autodiff(Reverse, Model().energy, Active(1.0))
+
+
 def test_helpers_name_themselves_when_not_given_a_function():
     x = np.ones(2)
     with pytest.raises(TypeError, match="vjp expects a function, got float"):
