@@ -183,8 +183,9 @@ def _shadows_sharing_memory(arrays) -> dict:
         buffer = np.zeros(high - low + 64, dtype=np.uint8)
         start = (low - buffer.ctypes.data) % 64          # (aligned as the arrays are)
         for a in members:
-            shadows[_view_key(a)] = np.ndarray(a.shape, dtype=a.dtype, buffer=buffer,
-                                        offset=start + a.ctypes.data - low, strides=a.strides)
+            shadows[_view_key(a)] = np.ndarray(
+                a.shape, dtype=a.dtype, buffer=buffer, offset=start + a.ctypes.data - low,
+                strides=a.strides)
     return shadows
 
 

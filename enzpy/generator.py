@@ -22,9 +22,10 @@ from .runtime import VARSIZE_FREE
 # derivative is zero. Other functions returning a float directly are refused.
 FLOOR_QUOTIENT = re.compile(r"numba6python3remE")
 # Numba's name of an argument's LLVM parameter: arg.x, or arg.a.4 for a field of array a
+# (arg.t.0.4: of the array in a tuple t)
+_NUMBA_ARGUMENT = re.compile(r"^arg\.(\w+?)(?:\.\d+)*$")
 # In ``ModuleBuilder.user_args``: an argument of the differentiated function itself
 USER_FUNCTION = "the differentiated function's own"
-_NUMBA_ARGUMENT = re.compile(r"^arg\.(\w+?)(?:\.\d+)*$")
 
 
 class DerivativeGenerator:
