@@ -244,7 +244,9 @@ class DerivativeGenerator:
         names = {self._differentiated_argument(index) for index in holding}
         name = names.pop() if len(names) == 1 else None
         which = f"'{name}'" if name else "the argument it writes"
-        return f": pass {which} as Duplicated(value, zero shadow), not Const"
+        return (f": pass {which} as Duplicated(value, zero shadow), not Const (hvp and hessian "
+                f"take the arguments after x as constants: allocate such a buffer inside the "
+                f"function there)")
 
     def _escapes(self, ins) -> bool:
         """A call outside enzpy's knowledge receiving a varied float (e.g. boxing

@@ -1132,3 +1132,18 @@ def test_a_missing_argument_is_named():
         with pytest.raises(TypeError, match="'_weighted_cubes' is missing the argument"
                                             r"\(s\) w: pass them after x"):
             call()
+
+
+@njit
+def _squares_through_a_scratch(c, scratch):
+    scratch[0] = c[0] * c[1]
+    return scratch[0] ** 2
+
+
+def test_hvp_of_a_function_writing_a_constant_buffer_says_what_to_do_there():
+    # (the advice was only to pass the buffer as Duplicated, which hvp refuses: a dead end)
+    c, v = np.array([1.0, 2.0]), np.array([1.0, 0.0])
+    with pytest.raises(enzpy.UnsupportedError,
+                       match=r"pass 'scratch' as Duplicated.*hvp and hessian take the "
+                             r"arguments after x as constants: allocate such a buffer inside"):
+        hvp(_squares_through_a_scratch, c, v, np.zeros(2))
