@@ -151,8 +151,7 @@ def strided_like(x: np.ndarray) -> np.ndarray:
     spans is fresh), so derivative code can address it like ``x``."""
     if x.size == 0:
         return np.zeros_like(x)
-    low = sum(min(0, (n - 1) * s) for n, s in zip(x.shape, x.strides))
-    high = sum(max(0, (n - 1) * s) for n, s in zip(x.shape, x.strides)) + x.itemsize
+    low, high = _byte_offsets(x)
     buffer = np.zeros(high - low + 16, dtype=np.uint8)
     offset = (-buffer.ctypes.data) % 16 - low        # aligned like NumPy's allocations
     return np.ndarray(x.shape, dtype=x.dtype, buffer=buffer, offset=offset,
@@ -195,10 +194,17 @@ def _view_key(a: np.ndarray) -> tuple:
     return a.ctypes.data, a.shape, a.strides, a.dtype.str
 
 
-def _byte_span(a: np.ndarray) -> tuple:
-    """The addresses of the first and one past the last byte ``a`` spans."""
+def _byte_offsets(a: np.ndarray) -> tuple:
+    """The offsets, from ``a``'s data pointer, of the first and one past the
+    last byte a non-empty ``a`` spans (its strides may be negative)."""
     low = sum(min(0, (n - 1) * s) for n, s in zip(a.shape, a.strides))
     high = sum(max(0, (n - 1) * s) for n, s in zip(a.shape, a.strides)) + a.itemsize
+    return low, high
+
+
+def _byte_span(a: np.ndarray) -> tuple:
+    """The addresses of the first and one past the last byte ``a`` spans."""
+    low, high = _byte_offsets(a)
     return a.ctypes.data + low, a.ctypes.data + high
 
 

@@ -99,7 +99,6 @@ def _library_path(v):
     return None
 
 
-
 _ADDRESS = re.compile(r"(?: at )?0x[0-9a-fA-F]+|#[0-9a-fA-F]{6,}")
 
 

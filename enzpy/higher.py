@@ -175,8 +175,13 @@ def _jacobian_by_rows(disp, x, consts, out):
     _, pullback = vjp(disp, x, *[Const(c) for c in consts])
     if not isinstance(out, np.ndarray):
         return pullback(type(out)(1.0))[0]
-    rows = [np.asarray(pullback(e)[0]).ravel() for e in _basis(out)]
-    if not rows:                        # an empty result
+    return _stacked_rows([np.asarray(pullback(e)[0]).ravel() for e in _basis(out)], out, x)
+
+
+def _stacked_rows(rows, out, x):
+    """The Jacobian of ``out`` with respect to ``x`` from its rows (flat); zeros
+    of ``out``'s dtype for an empty ``out``."""
+    if not rows:
         return np.zeros(out.shape + np.shape(x), dtype=out.dtype)
     return np.stack(rows).reshape(out.shape + np.shape(x))
 
@@ -193,10 +198,8 @@ def _jacobian_of_writes_by_rows(disp, initial):
         autodiff(Reverse, disp, Duplicated(last[0], dx), *last[1:-1],
                  Duplicated(last[-1], seed))
         rows.append(dx.ravel())
-    if not rows:                        # nothing written
-        return np.zeros(out.shape + x.shape, dtype=out.dtype), last
     # (of out's dtype, as forward mode's columns are)
-    return np.stack(rows).astype(out.dtype, copy=False).reshape(out.shape + x.shape), last
+    return _stacked_rows(rows, out, x).astype(out.dtype, copy=False), last
 
 
 def _basis(x):
