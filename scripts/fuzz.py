@@ -22,7 +22,8 @@ stencils, slices, ``.sum()`` and ``np.dot``, and containers holding floats and
 arrays (list literals, lists built by ``append`` and read by index or
 iteration, lists grown, drained by ``pop``/``pop(0)`` and grown again (``append``,
 ``insert``, ``del``), lists of ``(array, float)`` tuples, tuples, a ``@jitclass`` object
-with an array and a float field) written and read back.
+with an array and a float field, a structured array whose records hold a float, a float
+subarray, an integer and a nested record) written and read back.
 
 With the ``numpy`` feature, programs may also take a Duplicated matrix ``A``
 and draw idiomatic NumPy: vectors and matrices built from floats
@@ -146,6 +147,11 @@ class Box:
         self.a = a
         self.c = c"""
 
+# The structured-array containers: a float, a float subarray, an integer and a
+# nested record of floats per element.
+REC_SOURCE = """REC = np.dtype([("x", np.float64), ("v", np.float64, (2,)), ("k", np.int64),
+                ("n", np.dtype([("p", np.float64), ("q", np.float64)]))])"""
+
 CONSTS = ["0.5", "1.5", "2.0", "0.25", "3.0", "-1.25", "0.75", "-0.5", "1.0", "0.1"]
 NONZERO_DIVISORS = ["2.0", "1.5", "-3.0", "0.75", "4.0"]
 UNARY = [
@@ -265,6 +271,7 @@ class _Gen:
         self.helper_level = 0
         self.params = {}             # name -> shape (or count), decided up front
         self.uses_box = False        # the program uses the ``Box`` jitclass
+        self.uses_record = False     # the program uses the ``REC`` record dtype
         # numpy: the memory layout of arrays that are not C-contiguous ("F" for
         # ``.T``, "A" for a strided view); ``a`` is C here but strided in the layout
         # check, so ``a_needs_c`` turns that check off once ``a`` is reshaped or diffed
@@ -649,7 +656,8 @@ class _Gen:
         v = self.fresh("v")
         ones_d = [a for a in sorted(sc.arrays) if len(sc.arrays[a]) == 1]
         forms = ["floats", "floats_loop", "drained", "dict_floats", "dict_loop"] + (
-            ["arrays", "appended", "tuple", "pairs", "box", "dict_arrays"] if ones_d else [])
+            ["arrays", "appended", "tuple", "pairs", "box", "dict_arrays", "records"]
+            if ones_d else [])
         form = self.choice(forms)
         e = lambda: self.expr(sc, 2)  # noqa: E731
         if form in ("floats", "floats_loop"):
@@ -701,6 +709,8 @@ class _Gen:
             sc.floats.append(v)
             return lines
         arr, other = self.choice(ones_d), self.choice(ones_d)
+        if form == "records":
+            return self.records(sc, arr, v)
         k = self.index(sc, sc.arrays[arr][0])
         c = self.fresh("C")
         if form == "arrays":
@@ -727,6 +737,30 @@ class _Gen:
             if self.chance(0.5):
                 lines.append(f"{c}.c = {c}.c * {self.bounded(e())}")
             lines.append(f"{v} = {c}.a[{k}] * {c}.c")
+        sc.floats.append(v)
+        return lines
+
+    def records(self, sc, arr, v):
+        """A structured array (``REC``) with one element per entry of ``arr``:
+        its float, subarray and nested-record fields written from expressions
+        (sometimes updated in place), then read back into a float."""
+        self.uses_record = True
+        (m,) = sc.arrays[arr]
+        r, i = self.fresh("R"), self.fresh("i")
+        inner = sc.child(i, "for")
+        e = lambda: self.expr(inner, 2)  # noqa: E731
+        fill = [f"{r}[{i}]['x'] = {arr}[{i}] * {e()}", f"{r}[{i}]['v'][0] = {e()}",
+                f"{r}[{i}]['v'][1] = {self.bounded(e())}", f"{r}[{i}]['k'] = {i} + 1"]
+        if self.chance(0.6):
+            fill.append(f"{r}[{i}]['n']['p'] = {e()}")
+        lines = [f"{r} = np.zeros({m}, dtype=REC)", f"for {i} in range({m}):"] + _indent(fill)
+        if self.chance(0.4):
+            j = self.index(sc, m)
+            field = self.choice(["['x']", "['v'][1]", "['n']['p']"])
+            lines.append(f"{r}[{j}]{field} = {r}[{j}]{field} * {self.bounded(self.expr(sc, 2))}")
+        read = f"{r}[{i}]['x'] * {r}[{i}]['v'][1] + {r}[{i}]['v'][0] * {r}[{i}]['k']"
+        lines += [f"{v} = 0.0", f"for {i} in range({m}):",
+                  f"    {v} += {self.bounded(read)} + {r}[{i}]['n']['p'] * {r}[{i}]['n']['q']"]
         sc.floats.append(v)
         return lines
 
@@ -1179,6 +1213,8 @@ def generate_program(rng, features=FEATURES, max_statements=7, n_points=2):
         params = [params[i] for i in perm]
     if g.uses_box:
         g.helper_src.insert(0, BOX_SOURCE)
+    if g.uses_record:
+        g.helper_src.insert(0, REC_SOURCE)
     source = "\n\n".join(g.helper_src + [
         "\n".join([f"def f({', '.join(p for p, _ in params)}):"] + _indent(body))]) + "\n"
     # argument values
@@ -1254,6 +1290,8 @@ class _Monitor:
             return x
         if not isinstance(x, (int, float, np.ndarray, np.number)):
             return x                     # an object (a container of checked values)
+        if isinstance(x, np.ndarray) and x.dtype.names:
+            return x                     # a structured array (its fields are checked)
         arr = np.asarray(x, dtype=float)
         if not np.all(np.isfinite(arr)):
             raise _Reject("not finite")
