@@ -271,6 +271,8 @@ def _check_frozen_values(dispatcher, argtypes, cres):
     compiled = dispatcher.overloads.get(tuple(argtypes))
     if compiled is None:
         return
+    if isinstance(compiled.type_annotation, str):
+        return _check_cached_frozen_values(dispatcher, argtypes, compiled, cres)
     now = _frozen_values(cres)
     then = _frozen_values(compiled)
     for (kind, name), value in then.items():
@@ -282,6 +284,61 @@ def _check_frozen_values(dispatcher, argtypes, cres):
     if arrays and not _froze_the_same_arrays(dispatcher, argtypes, compiled):
         _refuse_frozen(dispatcher, *arrays[0], "held other values than it holds now (an "
                        "array changed in place)")
+
+
+# A global or closure value in the text of a type annotation, and a memory
+# address in one (a function's or object's repr differs between processes).
+_ANNOTATED_VALUE = re.compile(r"= (global|freevar)\((\w+): (.*?)\)  :: ")
+_ADDRESS = re.compile(r"0x[0-9a-f]{6,}")
+
+
+def _annotated_values(text) -> dict:
+    # (an array's text spans lines; the cached text comments every line out)
+    text = " ".join(line.lstrip("# ") for line in text.splitlines())
+    return {("Global" if kind == "global" else "FreeVar", name): value
+            for kind, name, value in _ANNOTATED_VALUE.findall(text)}
+
+
+def _check_cached_frozen_values(dispatcher, argtypes, compiled, cres):
+    """``_check_frozen_values`` for a function Numba loaded from its disk cache
+    (``cache=True``, which checks the source file only): it keeps no IR, only
+    the text of its type annotation, which spells the values it froze (numbers
+    and strings exactly), and its machine code, which holds the arrays it reads
+    at run time."""
+    then = _annotated_values(compiled.type_annotation)
+    now = _annotated_values(str(cres.type_annotation))
+    for key, text in then.items():
+        if key in now and now[key] != text and not _ADDRESS.search(text + now[key]):
+            _refuse_frozen(dispatcher, *key, f"was {_short_repr(text)}; it is now "
+                           f"{_short_repr(now[key])}")
+    values = _frozen_values(cres)
+    arrays = [(key, a) for key, value in values.items() for a in arrays_in(value) if a.nbytes]
+    if not arrays:
+        return
+    cached = _cached_object_code(dispatcher, argtypes)
+    if cached is None:
+        return
+    today = _compile_py_func(dispatcher, argtypes, compile_to_code=True).library \
+        .serialize_using_object_code()[2][0]
+    for key, a in arrays:
+        data = a.tobytes(order="A")
+        # (an array the code reads only at constant indices is folded into it:
+        # the annotation's text above covers those)
+        if data in today and data not in cached:
+            _refuse_frozen(dispatcher, *key, "held other values than it holds now")
+
+
+def _cached_object_code(dispatcher, argtypes):
+    """The machine code Numba's disk cache holds for ``dispatcher`` at
+    ``argtypes`` (bytes), or None where its cache's layout is not Numba's."""
+    try:
+        cache = dispatcher._cache
+        codegen = dispatcher.targetctx.codegen()
+        name = cache._cache_file._load_index()[cache._index_key(tuple(argtypes), codegen)]
+        library = cache._cache_file._load_data(name)[0]
+        return library[2][0] if library[1] == "object" else None
+    except Exception:       # (Numba's cache internals moved, or the file is gone)
+        return None
 
 
 def _refuse_frozen(dispatcher, kind, name, change):

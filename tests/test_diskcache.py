@@ -6,6 +6,7 @@ once); each works in its own cache folder and on a user module written to a
 temporary folder, so the tests can edit its source.
 """
 import json
+import math
 import os
 import stat
 import subprocess
@@ -1014,6 +1015,88 @@ def test_recompile_takes_the_new_globals_in_the_derivative_too():
     ((d,),) = autodiff(Reverse, f, Active(0.7))
     assert f(0.7) == pytest.approx(1.96) and d == pytest.approx(5.6, rel=1e-12)
     assert enzpy.hvp(f, 0.7, 1.0) == pytest.approx(8.0)
+
+
+CACHED_GLOBALS = """
+import json, math, os, sys
+import numpy as np
+from numba import njit
+import enzpy
+from enzpy import Active, Const, Reverse, autodiff
+
+K = float(os.environ["K"])
+SMALL = np.arange(30.0) * float(os.environ["SMALL"])
+BIG = np.ones(3000)                         # (its text is summarized: its bytes are compared)
+BIG[1500] = float(os.environ["BIG"])
+
+
+@njit(cache=True)
+def scaled(x):
+    return K * math.sin(x)
+
+
+@njit(cache=True)
+def indexed(x, i):
+    return SMALL[i] * math.sin(x)
+
+
+@njit(cache=True)
+def folded(x):
+    return SMALL[3] * math.sin(x)          # (a constant index: folded into the code)
+
+
+@njit(cache=True)
+def middle(x, i):
+    return BIG[i] * math.sin(x)
+
+
+@njit
+def calls_scaled(x):
+    return scaled(x) * 2.0
+
+
+results = {}
+for name, f, args in (("scaled", scaled, ()), ("indexed", indexed, (3,)),
+                      ("folded", folded, ()), ("middle", middle, (1500,)),
+                      ("calls_scaled", calls_scaled, ())):
+    try:
+        ((d, *_),) = autodiff(Reverse, f, Active(0.7), *map(Const, args))
+        results[name] = [f(0.7, *args), d]
+    except enzpy.UnsupportedError as exc:
+        results[name] = str(exc)
+print(json.dumps(results))
+"""
+
+
+def test_numba_cache_compiled_with_other_global_values_is_refused(tmp_path):
+    """Numba's cache (cache=True) checks the source file only: a later process
+    with other values of the globals a function reads runs the code compiled
+    with the old ones. enzpy differentiated today's values (silently another
+    function) until the values the cached code froze were compared: numbers by
+    the text of its type annotation, arrays by their bytes in its machine code."""
+    (tmp_path / "model.py").write_text(CACHED_GLOBALS)
+
+    def run(K=1, SMALL=1, BIG=1):
+        env = dict(os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache"), K=str(K),
+                   SMALL=str(SMALL), BIG=str(BIG))
+        done = subprocess.run([sys.executable, str(tmp_path / "model.py")], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    c = math.cos(0.7)
+    first = run()
+    assert first == pytest.approx({"scaled": [math.sin(0.7), c], "indexed": [3 * math.sin(0.7), 3 * c],
+                                   "folded": [3 * math.sin(0.7), 3 * c],
+                                   "middle": [math.sin(0.7), c],
+                                   "calls_scaled": [2 * math.sin(0.7), 2 * c]}, rel=1e-12)
+    assert run() == pytest.approx(first, rel=1e-12)           # the same values: loaded
+    changed = run(K=3, SMALL=2, BIG=5)
+    for name in ("scaled", "indexed", "folded", "middle", "calls_scaled"):
+        assert "recompile()" in changed[name], (name, changed[name])
+    assert "'K' was '1.0'; it is now '3.0'" in changed["scaled"]
+    assert "global 'BIG' held other values" in changed["middle"]
+    assert run() == pytest.approx(first, rel=1e-12)
 
 
 # -- what the key and an entry's checks must tell apart (found by a review) -----------
