@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import numba
 from llvmlite import binding as llvm
-from numba.core import codegen, compiler, typed_passes, types
+from numba.core import codegen, compiler, transforms, typed_passes, types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
@@ -89,6 +89,19 @@ def _install_hooks():
         return found
 
     Dispatcher.get_call_template = get_call_template
+
+    lifting = transforms.with_lifting
+
+    def with_lifting(func_ir, typingctx, targetctx, flags, locals):
+        # Lowering code again for its IR only (``_flags``), Numba still compiles
+        # the blocks it lifts out (``with objmode()``) as functions of their own,
+        # which the code calls: those need machine code.
+        if flags.no_compile:
+            flags = flags.copy()
+            flags.no_compile = False
+        return lifting(func_ir, typingctx, targetctx, flags, locals)
+
+    transforms.with_lifting = with_lifting
     with global_compiler_lock:
         cpu_target.target_context.cached_internal_func = {}
 

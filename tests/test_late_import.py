@@ -264,3 +264,49 @@ def test_a_numba_cached_function_whose_callee_file_changed_is_refused(tmp_path):
     after = run("recompile")             # as the message says: today's g, in Numba and enzpy
     assert abs(after["primal"] - np.cos(0.7) * 0.7) < 1e-12
     assert abs(after["derivative"] - (np.cos(0.7) - 0.7 * np.sin(0.7))) < 1e-12
+
+
+OBJMODE_MODULE = '''
+import json, sys
+import numpy as np
+from numba import njit, objmode
+
+
+@njit
+def logged(x):
+    with objmode():                 # (logging, timing: nothing flows in or out)
+        pass
+    return x * x
+
+
+@njit(cache=True)
+def cached_logged(x, a):
+    with objmode(t="float64"):
+        t = 2.0
+    return t * x * a.sum()
+
+
+a = np.array([1.0, 2.0])
+logged(0.3), cached_logged(0.3, a)              # compiled before enzpy is imported
+import enzpy
+from enzpy import Active, Const, Duplicated, Forward, Reverse, autodiff
+((d1,),) = autodiff(Reverse, logged, Active(0.7))
+((d2, _),) = autodiff(Reverse, cached_logged, Active(0.7), Const(a))
+(t2,) = autodiff(Forward, cached_logged, Duplicated(0.7, 1.0), Const(a))
+print(json.dumps([d1, d2, t2]))
+'''
+
+
+def test_objmode_blocks_in_code_compiled_before_import(tmp_path):
+    """Lowering a function again for its IR (compiled before ``import enzpy``, or
+    loaded from Numba's cache) compiled its ``with objmode()`` block without
+    machine code, which Numba cannot register: an ``InternalError`` (a raw
+    ``TypeError`` with ``cache=True``)."""
+    (tmp_path / "logged.py").write_text(OBJMODE_MODULE)
+    for _ in range(2):          # Numba compiles cached_logged, then loads it from its cache
+        done = subprocess.run([sys.executable, str(tmp_path / "logged.py")], capture_output=True,
+                              text=True, timeout=600,
+                              env=dict(os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache")))
+        assert done.returncode == 0, done.stderr[-3000:]
+        d1, d2, t2 = json.loads(done.stdout.strip().splitlines()[-1])
+        assert d1 == 1.4 and d2 == 6.0 and t2 == 6.0
