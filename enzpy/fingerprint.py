@@ -116,6 +116,7 @@ class Fingerprint:
         self._dispatcher_ids: set = set()
         self._module_names: dict = {}     # id(module) -> the attribute names hashed
         self.compiled_ufuncs = False      # the code calls ufuncs Numba compiled already
+        self.ufunc_kernels: list = []     # the dispatchers of those ufuncs' kernels
         # the code names a package whose version the key lacks (named, not walked)
         self.unversioned = False
 
@@ -208,6 +209,7 @@ class Fingerprint:
             # @vectorize, @guvectorize: compiled loops may predate today's values
             loops = list(getattr(v, "types", ()))
             self.compiled_ufuncs |= bool(loops)
+            self.ufunc_kernels.append(v._dispatcher)
             self.add("ufunc", type(v).__qualname__, loops,
                      sorted(map(repr, v._dispatcher.targetoptions.items())))
             self.function(v._dispatcher.py_func)

@@ -30,6 +30,7 @@ from numba.core import codegen, compiler, transforms, typed_passes, types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
+from numba.np.ufunc.ufuncbuilder import UFuncDispatcher
 from numba.core import cgutils
 from numba.core import ir as numba_ir
 
@@ -169,7 +170,11 @@ def _flags(dispatcher, compile_to_code: bool):
     Python and C wrappers."""
     flags = compiler.Flags()
     dispatcher.targetdescr.options.parse_as_flags(flags, dispatcher.targetoptions)
-    flags = dispatcher._compiler._customize_flags(flags)
+    if isinstance(dispatcher, UFuncDispatcher):     # (as UFuncDispatcher.compile sets them)
+        flags.error_model = "numpy"
+        flags.enable_looplift = False
+    else:
+        flags = dispatcher._compiler._customize_flags(flags)
     flags.no_cpython_wrapper = True
     flags.no_cfunc_wrapper = True
     flags.no_compile = not compile_to_code
@@ -177,12 +182,33 @@ def _flags(dispatcher, compile_to_code: bool):
 
 
 def _compile_py_func(dispatcher, argtypes, compile_to_code=False):
+    flags = _flags(dispatcher, compile_to_code)
+    if isinstance(dispatcher, UFuncDispatcher):     # a @vectorize/@guvectorize kernel
+        with global_compiler_lock:
+            return compiler.compile_extra(dispatcher.targetdescr.typing_context,
+                                          _target_context(dispatcher), dispatcher.py_func,
+                                          tuple(argtypes), None, flags, dispatcher.locals)
     impl = dispatcher._compiler._get_implementation(tuple(argtypes), {})
     with global_compiler_lock:
         return compiler.compile_extra(dispatcher.typingctx, dispatcher.targetctx, impl,
-                                      tuple(argtypes), None,
-                                      _flags(dispatcher, compile_to_code), dispatcher.locals,
+                                      tuple(argtypes), None, flags, dispatcher.locals,
                                       pipeline_class=dispatcher._compiler.pipeline_class)
+
+
+def _target_context(dispatcher):
+    if isinstance(dispatcher, UFuncDispatcher):
+        return dispatcher.targetdescr.target_context
+    return dispatcher.targetctx
+
+
+def _overload(dispatcher, argtypes):
+    """What Numba compiled of ``dispatcher`` for ``argtypes``, or None (a
+    ufunc kernel's overloads are keyed by their signature)."""
+    found = dispatcher.overloads.get(tuple(argtypes))
+    if found is None and isinstance(dispatcher, UFuncDispatcher):
+        found = next((cres for sig, cres in dispatcher.overloads.items()
+                      if tuple(sig.args) == tuple(argtypes)), None)
+    return found
 
 
 @contextmanager
@@ -206,7 +232,7 @@ def _compile_again(dispatcher, argtypes, symbol):
     with enzpy_hints_hidden():
         cres = _compile_py_func(dispatcher, argtypes)
     _check_frozen_values(dispatcher, argtypes, cres)
-    _define_environment(dispatcher.targetctx, cres)
+    _define_environment(_target_context(dispatcher), cres)
     new = cres.fndesc.mangled_name
     with _lock:
         text = _raw_ir[new]
@@ -281,7 +307,7 @@ def _check_frozen_values(dispatcher, argtypes, cres):
     """Lowered again (compiled before enzpy was imported), the code reads
     today's globals; Numba runs the code it compiled with the values they had
     then. Differentiating other code than Numba runs is refused."""
-    compiled = dispatcher.overloads.get(tuple(argtypes))
+    compiled = _overload(dispatcher, argtypes)
     if compiled is None:
         return
     if isinstance(compiled.type_annotation, str):
@@ -345,8 +371,8 @@ def _cached_object_code(dispatcher, argtypes):
     """The machine code Numba's disk cache holds for ``dispatcher`` at
     ``argtypes`` (bytes), or None where its cache's layout is not Numba's."""
     try:
-        cache = dispatcher._cache
-        codegen = dispatcher.targetctx.codegen()
+        cache = getattr(dispatcher, "_cache", None) or dispatcher.cache
+        codegen = _target_context(dispatcher).codegen()
         name = cache._cache_file._load_index()[cache._index_key(tuple(argtypes), codegen)]
         library = cache._cache_file._load_data(name)[0]
         return library[2][0] if library[1] == "object" else None
@@ -356,11 +382,14 @@ def _cached_object_code(dispatcher, argtypes):
 
 def _refuse_frozen(dispatcher, kind, name, change):
     what = "global" if kind == "Global" else "closure variable"
+    way_out = (f"call {dispatcher.py_func.__name__}.recompile()"
+               if not isinstance(dispatcher, UFuncDispatcher) else
+               "define the ufunc again (and delete Numba's cache of it, if cache=True)")
     raise UnsupportedError(
         f"Numba compiled '{dispatcher.py_func.__qualname__}' before enzpy saw it (before enzpy "
         f"was imported, or into its disk cache: cache=True), when its {what} '{name}' "
-        f"{change}, and Numba still runs the code it compiled then: call "
-        f"{dispatcher.py_func.__name__}.recompile() to take the new value")
+        f"{change}, and Numba still runs the code it compiled then: {way_out} to take the "
+        f"new value")
 
 
 def _short_repr(v) -> str:
@@ -945,6 +974,7 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
     linked, references = {root.symbol}, _references_by_function(text)
     texts = dict.fromkeys(references, text)
     defined = {fn.name for fn in module.functions if not fn.is_declaration}
+    kernels = None
     while True:
         missing = [fn.name for fn in module.functions
                    if fn.is_declaration and fn.name not in linked
@@ -970,6 +1000,10 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
                 text = _raw_text(lowered[name])
             if text is None and name in _dispatchers:
                 text = _compile_again(*_dispatchers[name], name)[0]
+            if text is None and name.startswith("_ZN"):
+                kernels = _ufunc_kernels(root) if kernels is None else kernels
+                if name in kernels:
+                    text = _compile_again(*kernels[name], name)[0]
             if text is None:
                 continue     # an external symbol: rules decide about it later
             # (the glue of rules runs as it is, unless differentiated again)
@@ -1000,6 +1034,17 @@ _UNRESOLVED = ".numba.unresolved$"
 
 
 _GLOBAL_REF = re.compile(r'@(?:"((?:[^"\\]|\\[0-9A-Fa-f]{2})*)"|([-a-zA-Z$._][-a-zA-Z$._0-9]*))')
+
+
+def _ufunc_kernels(root: Lowered) -> dict:
+    """symbol -> (dispatcher, argument types) of the kernels of the
+    ``@vectorize``/``@guvectorize`` ufuncs the code of ``root`` reaches: those
+    Numba compiled before ``import enzpy`` (eagerly, with signatures) or loaded
+    from its cache were never lowered where enzpy could see them."""
+    walk = _walk(root.dispatcher)
+    return {cres.fndesc.mangled_name: (kernel, tuple(sig.args))
+            for kernel in (walk.ufunc_kernels if walk is not None else ())
+            for sig, cres in list(kernel.overloads.items())}
 
 
 def _referenced(fn) -> set:

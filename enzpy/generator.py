@@ -23,6 +23,10 @@ from .runtime import VARSIZE_FREE
 FLOOR_QUOTIENT = re.compile(r"numba6python3remE")
 # Numba's name of an argument's LLVM parameter: arg.x, or arg.a.4 for a field of array a
 # (arg.t.0.4: of the array in a tuple t)
+# Numba boxing a value into a Python object, and the calls of Python's C API
+# that only read an object: print's str() and the releases.
+_BOXING = re.compile(r"NRT_adapt_ndarray_to_python|PyFloat_FromDouble$|PyComplex_FromDoubles$")
+_READS_OBJECT = frozenset({"PyObject_Str", "PyObject_Repr", "Py_DecRef"})
 _NUMBA_ARGUMENT = re.compile(r"^arg\.(\w+?)(?:\.\d+)*$")
 # In ``ModuleBuilder.user_args``: an argument of the differentiated function itself
 USER_FUNCTION = "the differentiated function's own"
@@ -80,7 +84,7 @@ class DerivativeGenerator:
                             f"a product of arrays that depend on the differentiated inputs is "
                             f"written to memory without a shadow (`{ins.text}`)"
                             f"{self._where(ins)}{self._const_advice(out)}")
-                if ins.opcode == "call" and self._escapes(ins):
+                if ins.opcode == "call" and self._escapes(ins) and not self._printed(ins):
                     self._refuse_nested_autodiff()
                     python_object = PYTHON_OBJECT_CALL.match(ins.callee or "")
                     what = (f"'{ins.callee}', which enzpy cannot differentiate" if ins.callee
@@ -98,7 +102,7 @@ class DerivativeGenerator:
                 if ins.opcode == "call" and not self._is_derivative_call(ins) \
                         and not rules.INACTIVE_CALLS.match(ins.callee) \
                         and not rules.MEMORY_CALLS.match(ins.callee) \
-                        and not self.integer_memory_call(ins) \
+                        and not self.integer_memory_call(ins) and not self._printed(ins) \
                         and any(self.act.is_shadowed(a) for a in ins.args):
                     self._refuse_nested_autodiff()
                     raise UnsupportedError(
@@ -255,6 +259,16 @@ class DerivativeGenerator:
                 or rules.INACTIVE_CALLS.match(ins.callee) or rules.MEMORY_CALLS.match(ins.callee):
             return False
         return any(self.act.is_varied(a) and contains_float(a.type) for a in ins.args)
+
+    def _printed(self, ins) -> bool:
+        """A float or an array boxed into a Python object only to be printed:
+        the object is read (``str``) and released, never handed to Python code
+        (``objmode``) that could compute with it or write into the array."""
+        if not _BOXING.match(ins.callee or "") or not ins.name:
+            return False
+        return all(user.opcode == "icmp" or (
+            user.opcode == "call" and user.callee in _READS_OBJECT and len(user.args) == 1)
+            for user in self.fn.users.get(ins.name, ()))
 
     def _is_derivative_call(self, ins) -> bool:
         """A call to a Numba function that must be differentiated itself."""

@@ -76,9 +76,9 @@ def explain(callee: str) -> str:
         return ("; this is the first derivative's mirror of a numba.typed.Dict: second-order "
                 "derivatives through a dictionary are not supported")
     if PYTHON_OBJECT_CALL.match(callee):
-        return ("; this turns the value into a Python object (print, objmode, a call into "
-                "Python), where enzpy cannot follow its derivative: print or hand to Python "
-                "only values that do not depend on the differentiated inputs")
+        return ("; this turns the value into a Python object for Python code (objmode, a "
+                "call into Python), where enzpy cannot follow its derivative: hand to Python "
+                "only values that do not depend on the differentiated inputs (print() is fine)")
     return ""
 
 

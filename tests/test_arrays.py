@@ -1126,3 +1126,50 @@ def test_the_double_where_the_readme_advises_keeps_an_untaken_division_out_of_th
     (t,) = autodiff(Forward, _divide_where_nonzero, Duplicated(x, np.ones(3)),
                     Duplicated(y, np.ones(3)))
     assert t == pytest.approx(0.5 + 1.0 + 0.25 - 0.25 - 3.0 / 16.0)
+
+
+@njit
+def _printing(x, a, b, w):
+    print("weights", w)                     # a Const array
+    c = np.ones(2) * x
+    print("x =", x, c)                      # an active float, a local array holding x
+    b[0] = b[0] * x
+    print(b)                                # a Duplicated array, written
+    return x * w.sum() + (c * b).sum() + a[0] * x
+
+
+def test_print_inside_differentiated_functions(capfd):
+    """print() of floats and arrays, active or not, only reads them (Numba boxes
+    them, takes their str() and releases them): it was refused like an objmode
+    block, which can compute with them (still refused)."""
+    w, b0, x = np.array([1.0, 2.0]), np.array([2.0, 3.0]), 0.5
+    db, da = np.array([1.0, 0.0]), np.zeros(2)
+    ((dx, _, _, _),) = autodiff(Reverse, _printing, Active(x), Duplicated(np.array([0.4, 0.0]), da),
+                                Duplicated(b0.copy(), db), Const(w))
+    # f = 3x + 2x^2 + 3x + 0.4x, and db's seed adds b[0] = 2x after the call
+    assert dx == pytest.approx(3 + 4 * x + 3 + 0.4 + 2, rel=1e-12)
+    np.testing.assert_allclose(db, [x * x + x, x])
+    np.testing.assert_allclose(da, [x, 0.0])
+    (t,) = autodiff(Forward, _printing, Duplicated(x, 1.0), Const(np.array([0.4, 0.0])),
+                    Duplicated(b0.copy(), np.zeros(2)), Const(w))
+    assert t == pytest.approx(3 + 4 * x + 3 + 0.4, rel=1e-12)
+    out = capfd.readouterr().out
+    assert out.count("weights [1. 2.]") == 2 and out.count("x = 0.5 [0.5 0.5]") == 2
+    assert out.count("[1. 3.]") == 2
+
+
+@njit
+def _printed_energy(x):
+    y = np.sin(x) * x[0]
+    print("y =", y, y[0])
+    return (y * y).sum()
+
+
+def test_print_in_second_order(capfd):
+    x, v = np.array([0.3, 0.7]), np.array([1.0, -0.5])
+    hv = enzpy.hvp(_printed_energy, x, v)
+    eps = 1e-6
+    fd = (enzpy.gradient(_printed_energy, x + eps * v)
+          - enzpy.gradient(_printed_energy, x - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6)
+    assert capfd.readouterr().out.count("y = [") == 3

@@ -2,11 +2,13 @@
 code (allocation, reductions, sorting, a jitclass, lists), and the programs
 themselves, were compiled before ``import enzpy``."""
 import json
+import math
 import os
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "late_import_runner.py")
 
@@ -310,3 +312,89 @@ def test_objmode_blocks_in_code_compiled_before_import(tmp_path):
         assert done.returncode == 0, done.stderr[-3000:]
         d1, d2, t2 = json.loads(done.stdout.strip().splitlines()[-1])
         assert d1 == 1.4 and d2 == 6.0 and t2 == 6.0
+
+
+UFUNC_MODULE = '''
+import json, math, os, sys
+import numpy as np
+from numba import float64, guvectorize, njit, vectorize
+
+S = float(os.environ["S"])
+
+
+@vectorize([float64(float64)])                  # compiled here, before import enzpy
+def bump(a):
+    return math.exp(-a * a)
+
+
+@vectorize([float64(float64)], cache=True)
+def scaled(a):
+    return S * math.sin(a)
+
+
+@guvectorize([(float64[:], float64[:], float64[:])], "(n),(n)->()", cache=True)
+def weighted(a, w, out):
+    acc = 0.0
+    for i in range(a.shape[0]):
+        acc += a[i] * a[i] * w[i]
+    out[0] = acc
+
+
+@njit
+def scalar(x):
+    return bump(x) * x + scaled(x)
+
+
+@njit
+def arrays(X, W):
+    rows = np.empty(X.shape[0])
+    weighted(X, W, rows)
+    return (bump(X) * 2.0).sum() + scaled(X).sum() + rows.sum()
+
+
+import enzpy
+from enzpy import Active, Const, Duplicated, Forward, Reverse, autodiff
+X = np.array([[0.3, 0.5], [0.1, -0.2]])
+W = np.array([[1.0, 2.0], [3.0, 4.0]])
+result = {}
+try:
+    ((d,),) = autodiff(Reverse, scalar, Active(0.7))
+    (t,) = autodiff(Forward, scalar, Duplicated(0.7, 1.0))
+    dX = np.zeros_like(X)
+    autodiff(Reverse, arrays, Duplicated(X, dX), Const(W))
+    (tX,) = autodiff(Forward, arrays, Duplicated(X, np.ones_like(X)), Const(W))
+    result = {"d": d, "t": t, "dX": dX.tolist(), "tX": tX}
+except enzpy.UnsupportedError as exc:
+    result = {"error": str(exc)}
+print(json.dumps(result))
+'''
+
+
+def test_ufuncs_compiled_before_import_or_loaded_from_numbas_cache(tmp_path):
+    """The kernels of ``@vectorize``/``@guvectorize`` ufuncs compiled at their
+    definition (signatures given) before ``import enzpy``, or loaded from
+    Numba's cache, were never lowered where enzpy could see them: refused as
+    calls into unknown code. They are lowered again; one whose global changed
+    since Numba cached it is refused, as functions are."""
+    (tmp_path / "ufuncs.py").write_text(UFUNC_MODULE)
+
+    def run(S):
+        done = subprocess.run([sys.executable, str(tmp_path / "ufuncs.py")], capture_output=True,
+                              text=True, timeout=600, env=dict(
+                                  os.environ, S=str(S), ENZPY_CACHE_DIR=str(tmp_path / "cache")))
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    x = 0.7
+    d = math.exp(-x * x) * (1 - 2 * x * x) + math.cos(x)
+    X = np.array([[0.3, 0.5], [0.1, -0.2]])
+    W = np.array([[1.0, 2.0], [3.0, 4.0]])
+    dX = -4 * X * np.exp(-X * X) + np.cos(X) + 2 * X * W
+    for _ in range(2):          # Numba compiles the cached ufuncs, then loads them
+        r = run(S=1)
+        assert r["d"] == pytest.approx(d, rel=1e-12) and r["t"] == pytest.approx(d, rel=1e-12)
+        np.testing.assert_allclose(r["dX"], dX, rtol=1e-12)
+        assert r["tX"] == pytest.approx(dX.sum(), rel=1e-12)
+    changed = run(S=2)["error"]
+    assert "'scaled'" in changed and "'S' was '1.0'; it is now '2.0'" in changed
+    assert "define the ufunc again" in changed

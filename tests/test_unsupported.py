@@ -241,13 +241,6 @@ def unsup_objmode_array(x):
 
 
 @njit
-def unsup_print(x):
-    y = x * x
-    print("y =", y)
-    return y * 3.0
-
-
-@njit
 def _unsup_gen(x):
     for i in range(3):
         yield x * i
@@ -346,9 +339,7 @@ CORPUS = [
     # (named only Numba's boxing helper before)
     ("objmode_array", unsup_objmode_array, lambda: [_dup(np.ones(3))], UnsupportedError,
      "unsup_objmode_array", ["NRT_adapt_ndarray_to_python", "turns the value into a Python "
-                             "object (print, objmode"]),
-    ("print_of_active_value", unsup_print, lambda: [Active(1.5)], UnsupportedError,
-     "unsup_print", ["Python object (print", "only values that do not depend"]),
+                             "object for Python code (objmode", "print() is fine"]),
     # named only by Numba's free of its table before
     ("set_of_floats", unsup_set_of_floats, lambda: [_dup(np.array([0.3, 0.5, 0.7]))],
      UnsupportedError, "unsup_set_of_floats",
