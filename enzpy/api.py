@@ -21,7 +21,7 @@ from .arguments import (aliasing_message, arrays_in, check_shadow, conflicting_o
 from .cache import STATS
 from .errors import raise_exception_set_by
 from .pipeline import build, entries as _entries, fast_paths as _fast_paths
-from .pipeline import reports as _reports, typed_signature
+from .pipeline import lock as _pipeline_lock, reports as _reports, typed_signature
 
 
 # -- modes and annotations -----------------------------------------------------
@@ -391,7 +391,7 @@ def _differentiate(mode, f, disp, args):
         for dx, stand_in in copies:
             dx[...] = stand_in
     else:
-        _add_fast_path(f, mode, entry, args)
+        _add_fast_path(f, mode, entry, args, key)
     if not mode.reverse:
         tangent = out[0] if entry.returns_tangent else None
         if type(tangent) is tuple:
@@ -450,20 +450,22 @@ def _unfolded(out, mode, per_argument):
     return (tuple(per_argument(out[0])), *out[1:])
 
 
-def _add_fast_path(f, mode, entry, args):
+def _add_fast_path(f, mode, entry, args, key):
     """Calls shaped like ``args`` take a generated path next time (fastpath.py);
     not those of a plain function, whose globals ``_dispatcher`` checks each time."""
     if not isinstance(f, numba.core.dispatcher.Dispatcher):
         return
-    paths = _fast_paths.get((f, mode))
-    if paths is not None and (len(paths) >= fastpath.KEPT_PER_FUNCTION
-                              or entry in (p.entry for p in paths)):
-        return          # (a call style that keeps missing stays on the general path)
-    fast = fastpath.generate(entry, mode, args, _ANNOTATIONS, STATS,
-                             _float_tangents)
-    if fast is not None:
-        fast.entry = entry
-        _fast_paths[(f, mode)] = [fast] + (paths or [])
+    with _pipeline_lock:
+        if _entries.get(key) is not entry:
+            return      # (dropped meanwhile: f.recompile(), or Numba compiled f since)
+        paths = _fast_paths.get((f, mode))
+        if paths is not None and (len(paths) >= fastpath.KEPT_PER_FUNCTION
+                                  or entry in (p.entry for p in paths)):
+            return      # (a call style that keeps missing stays on the general path)
+        fast = fastpath.generate(entry, mode, args, _ANNOTATIONS, STATS, _float_tangents)
+        if fast is not None:
+            fast.entry = entry
+            _fast_paths[(f, mode)] = [fast] + (paths or [])
 
 
 def _float_tangents(tangent):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numba
 from numba import types
+from numba.core.caching import NullCache
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
@@ -137,7 +138,7 @@ entries: dict = {}
 # (function, mode) -> generated cache-hit paths of autodiff (fastpath.py), dropped with entries
 fast_paths: dict = {}
 reports: dict = {}
-_lock = threading.RLock()
+lock = threading.RLock()
 
 
 # Called with a dispatcher being recompiled: drop what enzpy compiled around it.
@@ -153,7 +154,7 @@ def _forget_recompiled():
         return
 
     def recompile_forgetting(self):
-        with _lock:
+        with lock:
             for table in (entries, fast_paths):
                 for key in [k for k in table if any(part is self for part in k)]:
                     del table[key]
@@ -167,6 +168,59 @@ def _forget_recompiled():
 
 
 _forget_recompiled()
+
+
+# id(dispatcher) -> [(weak reference, argument types, entry key, derivative_key's
+# arguments, the key)]: derivatives loaded from the persistent cache while Numba
+# had not compiled the function, under a key covering the values its globals had
+rather_than_numba: dict = {}
+
+
+def _watch_numba_compiles():
+    """A derivative loaded before Numba compiled its function holds the values
+    the globals had at the load; Numba freezes those it finds when it compiles
+    (or the ones in its own cache, ``cache=True``). When it does, the entry is
+    kept only if the key still reads the same, else dropped (the next call
+    builds from the code Numba runs, or refuses)."""
+    add_overload = numba.core.dispatcher.Dispatcher.add_overload
+    if getattr(add_overload, "_enzpy_hook", False):
+        return
+
+    def add_overload_watched(self, cres):
+        add_overload(self, cres)
+        if id(self) in rather_than_numba:
+            _check_loaded(self, cres)
+
+    add_overload_watched._enzpy_hook = True
+    numba.core.dispatcher.Dispatcher.add_overload = add_overload_watched
+
+
+def _check_loaded(disp, cres):
+    argtypes = tuple(cres.signature.args)
+    with lock:
+        waiting = rather_than_numba.pop(id(disp), [])
+        for loaded in list(waiting):
+            ref, loaded_types, key, key_args, digest = loaded
+            if ref() is not disp or loaded_types != argtypes:
+                continue
+            waiting.remove(loaded)
+            try:
+                walk = fingerprint.derivative_key(disp, *key_args)
+            except fingerprint.NotCacheable:
+                walk = None
+            # (code Numba loaded from its cache holds another process's values)
+            same = walk is not None and walk.key == digest and not any(
+                getattr(d, "_cache_hits", None) for d in walk.dispatchers)
+            if not same:
+                entries.pop(key, None)
+                for paths in [k for k in fast_paths if k[0] is disp]:
+                    del fast_paths[paths]
+        live = [loaded for loaded in waiting if loaded[0]() is disp]
+        if live:
+            rather_than_numba[id(disp)] = live
+
+
+_watch_numba_compiles()
 
 
 # Numba passes an array as (meminfo, parent, nitems, itemsize, data, shape..., strides...):
@@ -207,12 +261,18 @@ class Build:
         return _Stage(self.report, name, user_code)
 
     def run(self) -> Entry:
-        with _lock, global_compiler_lock:
+        # (Numba's lock first: code typing an @njit caller of autodiff holds it)
+        with global_compiler_lock, lock:
             if self.key in entries:          # another thread built it meanwhile
                 STATS.hits += 1
                 return entries[self.key]
             STATS.misses += 1
             entry = self.load()
+            if entry is not None and self.disp.overloads.get(self.argtypes) is None:
+                key_args = (self.signature, self.mode, userrules.registered())
+                rather_than_numba.setdefault(id(self.disp), []).append((
+                    weakref.ref(self.disp), self.argtypes, self.key, key_args,
+                    fingerprint.derivative_key(self.disp, *key_args).key))
             if entry is None:
                 self.lower()
                 self.transform()
@@ -377,6 +437,13 @@ class Build:
             except fingerprint.NotCacheable as exc:
                 self.report.cache = f"not cached: {exc}"
                 return None
+        if self.disp.overloads.get(self.argtypes) is None and \
+                any(_numba_caches(d) for d in self.fingerprint.dispatchers):
+            # The first call would load this code from Numba's cache, with the values
+            # (and callees) it was compiled with then: the derivative must be of that.
+            with self.stage("numba_compile", user_code=True):
+                self.disp.compile(self.argtypes)
+        with self.stage("cache_lookup"):
             compiled = self.compiled_before = self.fingerprint.compiled_ufuncs or \
                 _compiled_before(self.fingerprint.dispatchers)
         # Numba compiled some of this code already, freezing the values its
@@ -703,6 +770,12 @@ def _generate(builder, symbol, activity, name, nonnull=frozenset()):
 # id(dispatcher) -> (weak reference, number of compiled overloads, program key): all
 # its overloads were compiled while its code read the values the key covers
 _vouched: dict = {}
+
+
+def _numba_caches(dispatcher) -> bool:
+    """Whether Numba keeps ``dispatcher``'s machine code in its disk cache
+    (``cache=True``)."""
+    return not isinstance(getattr(dispatcher, "_cache", None), (NullCache, type(None)))
 
 
 def _compiled_before(dispatchers) -> bool:

@@ -30,12 +30,14 @@ import itertools
 import linecache
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 from llvmlite import binding as llvm
 from numba import types
+from numba.core.caching import NullCache
 from numba.core.registry import cpu_target
 from numba.experimental import structref
 
@@ -384,10 +386,27 @@ def _compile(source, namespace, name, argtypes, spec):
                       cache=not filename.startswith("<"))
     try:
         with frontend.enzpy_hints_hidden():
-            disp.compile(tuple(argtypes))
+            _compile_through_cache(disp, tuple(argtypes))
     except numba.core.errors.TypingError as exc:
         raise RuleError(f"{spec.name}: Numba cannot compile it for {argtypes}: {exc}") from None
     return _Compiled(disp, tuple(argtypes), disp.overloads[tuple(argtypes)].signature.return_type)
+
+
+def _compile_through_cache(disp, argtypes):
+    """``disp.compile(argtypes)``, from Numba's cache where it has the glue; a
+    cache file it cannot read (truncated, overwritten) is dropped and the glue
+    compiled afresh, as enzpy's own entries are."""
+    try:
+        disp.compile(argtypes)
+    except numba.core.errors.TypingError:
+        raise
+    except Exception as exc:        # (what reading a broken pickle raises varies)
+        if isinstance(disp._cache, NullCache):
+            raise
+        warnings.warn(f"Numba's cache of enzpy's rule glue could not be read ({exc!r}): "
+                      f"compiling it again", diskcache.CacheWarning, stacklevel=2)
+        disp._cache.flush()
+        disp.compile(argtypes)
 
 
 def glue_for(symbol, mode) -> _Glue:

@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import numpy as np
@@ -209,6 +210,30 @@ def test_a_linear_algebra_derivative_is_loaded_with_its_rule_glue_from_numbas_ca
         # d/dt sum(solve(a + t E, b + t e)) = db . (e - E x)
         assert run["tangent"] == pytest.approx(db @ (np.ones(3) - np.ones((3, 3)) @ x))
     assert list((tmp_path / "cache" / "glue").glob("glue_*.py"))
+
+
+def test_an_unreadable_numba_cache_of_the_rule_glue_is_compiled_again(tmp_path):
+    """A truncated Numba cache file of the glue (in enzpy's folder) made every
+    later build through the rule fail with ``InternalError``, even after the
+    derivatives' entries were deleted."""
+    (tmp_path / "run.py").write_text(LINALG_RUN)
+
+    def run():
+        done = subprocess.run([sys.executable, "-W", "always", str(tmp_path / "run.py")],
+                              capture_output=True, text=True, timeout=600,
+                              env=dict(os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache")))
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+    first, _ = run()
+    for data in (tmp_path / "cache" / "glue").rglob("*.nbc"):
+        data.write_bytes(data.read_bytes()[:100])
+    for entry in (tmp_path / "cache").glob("*.enzpy"):     # (so the build needs the glue)
+        entry.unlink()
+    again, warned = run()
+    assert "could not be read" in warned and again["cache"] == ["stored", "stored"]
+    np.testing.assert_allclose(again["da"], first["da"], rtol=1e-12)
+    assert run()[0]["glue_misses"] == 0          # the glue was cached anew
 
 
 def test_editing_the_function_or_a_callee_rebuilds(project):
@@ -1097,6 +1122,77 @@ def test_numba_cache_compiled_with_other_global_values_is_refused(tmp_path):
     assert "'K' was '1.0'; it is now '3.0'" in changed["scaled"]
     assert "global 'BIG' held other values" in changed["middle"]
     assert run() == pytest.approx(first, rel=1e-12)
+
+
+LOADED_BEFORE_NUMBA = """
+import json, os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import enzpy
+from enzpy import Active, Reverse, ReverseWithPrimal, autodiff
+import numba_cached
+from numba import njit
+
+K = 5.0
+
+
+@njit
+def f(x):
+    return K * x * x
+
+
+out = {}
+out["first"] = autodiff(ReverseWithPrimal, f, Active(0.5))     # loaded: Numba has no f yet
+K = 7.0
+out["f"] = f(0.5)                   # Numba compiles f now, with K = 7
+out["after"] = autodiff(ReverseWithPrimal, f, Active(0.5))
+try:
+    ((d,),) = autodiff(Reverse, numba_cached.g, Active(0.7))
+    out["g"] = [d, numba_cached.g(0.7)]
+except enzpy.UnsupportedError as exc:
+    out["g"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_a_derivative_loaded_before_numba_compiled_the_function(tmp_path):
+    """A derivative loaded from the cache while Numba had not compiled ``f``:
+    when Numba compiles it later with other values of its globals, the next
+    call builds from those (it kept the loaded one); and code Numba would load
+    from its own cache (``cache=True``), saved before a callee's file changed,
+    is refused as when built (the load skipped the check)."""
+    (tmp_path / "run.py").write_text(LOADED_BEFORE_NUMBA)
+    (tmp_path / "callee.py").write_text("from numba import njit\n@njit(cache=True)\n"
+                                        "def h(x):\n    return x * x\n")
+    (tmp_path / "numba_cached.py").write_text("from numba import njit\nfrom callee import h\n"
+                                              "@njit(cache=True)\ndef g(x):\n"
+                                              "    return h(x) + x\n")
+
+    def run():
+        done = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True,
+                              text=True, timeout=600,
+                              env=dict(os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache")))
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    # built (Numba compiles f for the build, with K = 5), then loaded (Numba compiles f
+    # at f(0.5), with K = 7): the derivative follows the f Numba runs
+    for K in (5.0, 7.0):
+        out = run()
+        assert out["first"] == [[5.0], 1.25]
+        assert out["f"] == K / 4 and out["after"] == [[K], K / 4]
+        assert out["g"] == pytest.approx([2.4, 1.19], rel=1e-12)
+    # h becomes x**3, then x**2 again: Numba's cache of g was saved in between
+    for cube, expected in ((True, [2.47, 1.043]), (False, [2.4, 1.19])):
+        time.sleep(0.01)
+        (tmp_path / "callee.py").write_text("from numba import njit\n@njit(cache=True)\n"
+                                            "def h(x):\n    return x * x"
+                                            + (" * x\n" if cube else "\n"))
+        out = run()
+        assert "callee.py" in out["g"] and "recompile()" in out["g"], out["g"]
+        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                        "import numba_cached; numba_cached.g.recompile()", str(tmp_path)],
+                       check=True, timeout=600)
+        assert run()["g"] == pytest.approx(expected, rel=1e-12)
 
 
 # -- what the key and an entry's checks must tell apart (found by a review) -----------

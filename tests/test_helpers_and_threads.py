@@ -261,3 +261,47 @@ def test_helpers_name_what_they_do_not_take():
     # before: accepted, then the pullback refused its own cotangents confusingly
     with pytest.raises(enzpy.UnsupportedError, match="returns an array of complex128"):
         enzpy.vjp(_complex_scaled, np.ones(2))
+
+
+BUILDS_FROM_BOTH_SIDES = '''
+import threading, faulthandler
+faulthandler.dump_traceback_later(240, exit=True)       # a hang fails the test, with stacks
+from numba import njit
+from enzpy import autodiff, Reverse, Active
+
+ns = {"njit": njit, "autodiff": autodiff, "Reverse": Reverse, "Active": Active}
+for i in range(4):
+    exec(f"@njit\\ndef f{i}(x):\\n    return x ** 3 + {i} * x\\n"
+         f"@njit\\ndef g{i}(x):\\n    return {i} * x * x\\n"
+         f"@njit\\ndef outer{i}(x):\\n    return autodiff(Reverse, g{i}, Active(x + 1.0))[0][0]\\n",
+         ns)
+results = {}
+
+def from_python():          # builds: enzpy's lock, then Numba's
+    for i in range(4):
+        results[f"f{i}"] = autodiff(Reverse, ns[f"f{i}"], Active(0.5))[0][0]
+
+def from_njit():            # Numba types outer_i (holding its lock), which builds
+    for i in range(4):
+        results[f"outer{i}"] = ns[f"outer{i}"](0.5)
+
+threads = [threading.Thread(target=from_python), threading.Thread(target=from_njit)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+assert all(results[f"f{i}"] == 0.75 + i for i in range(4)), results
+assert all(results[f"outer{i}"] == 3.0 * i for i in range(4)), results
+print("ok")
+'''
+
+
+def test_builds_from_python_and_from_njit_typing_at_once_do_not_deadlock(tmp_path):
+    """A build from Python took enzpy's lock, then Numba's; Numba typing an
+    ``@njit`` caller of ``autodiff`` holds its lock and builds, taking enzpy's:
+    two threads doing both hung."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "both.py").write_text(BUILDS_FROM_BOTH_SIDES)
+    done = subprocess.run([sys.executable, str(tmp_path / "both.py")], capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, ENZPY_CACHE="0"))
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
