@@ -388,9 +388,9 @@ def unlike_shadows_message(i, j) -> str:
 
 def aliasing_message(written, other) -> str:
     """Why arguments ``written`` and ``other`` may not share memory."""
-    return (f"arguments {written} and {other} share memory: the function writes argument "
-            f"{written}, and its derivative takes that write to leave argument {other} "
-            f"unchanged; pass distinct arrays")
+    return (f"arguments {written} and {other} share memory: the function may write argument "
+            f"{written} (as far as enzpy can tell), and its derivative takes such a write to "
+            f"leave argument {other} unchanged; pass distinct arrays (a copy)")
 
 
 def overlaps_itself(a: np.ndarray) -> bool:

@@ -223,6 +223,19 @@ def _overlaps_itself(a):
 
 
 @njit
+def _strides_fit(x, dx):
+    """The shadow ``dx`` is laid out as ``x`` wherever that matters: along every
+    axis longer than 1 (an axis of length 1 is only read at 0, and an empty
+    array not at all; NumPy and Numba give those other strides)."""
+    if x.size == 0:
+        return True
+    for k in range(x.ndim):
+        if x.shape[k] > 1 and x.strides[k] != dx.strides[k]:
+            return False
+    return True
+
+
+@njit
 def _shadows_mix(x, dx, y, dy, held):
     """``arguments.conflicting_shadows`` for one pair, in nopython mode: the
     shadows share memory in a way the arrays do not (or, ``held``, the arrays
@@ -278,7 +291,7 @@ def _implementation(entry, mode, signature, annotated, defaults):
                 f"    if {values[i]}.shape != args[{i}].dval.shape:",
                 f"        raise ValueError('argument {i}: the shadow\\'s shape does not fit "
                 f"the array\\'s shape')",
-                f"    if {values[i]}.strides != args[{i}].dval.strides:",
+                f"    if not strides_fit({values[i]}, args[{i}].dval):",
                 f"        raise ValueError('argument {i}: the shadow\\'s layout (strides) "
                 f"does not fit the array\\'s layout')",
                 f"    if overlaps_itself({values[i]}):",
@@ -326,6 +339,7 @@ def _implementation(entry, mode, signature, annotated, defaults):
                      else f"    return ({tangent},)")
     namespace = {"__name__": __name__, "call": entry.call, "may_share_memory": _may_share_memory,
                  "overlaps_itself": _overlaps_itself, "shadows_mix": _shadows_mix,
+                 "strides_fit": _strides_fit,
                  **{f"default{k}": d for k, d in enumerate(defaults)}}
     exec("\n".join(lines), namespace)
     return namespace["impl"]

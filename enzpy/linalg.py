@@ -36,7 +36,7 @@ def _rule(name, fwd, bwd, jvp, inner=None):
 
 @njit(cache=True)
 def _as_column(v):
-    return v.reshape(v.shape[0], -1)
+    return np.ascontiguousarray(v).reshape(v.shape[0], -1)
 
 
 # -- triangular solves (BLAS trsm), for the rules below --------------------------------------
@@ -284,10 +284,13 @@ def _ol_lu_slogdet_inverse(a):
 
 @njit(cache=True)
 def _slogdet_inverse(a):
-    """``np.linalg.slogdet(a)`` and ``np.linalg.inv(a)`` (one factorization)."""
+    """``np.linalg.slogdet(a)`` and ``np.linalg.inv(a)`` (one factorization). At
+    a singular ``a`` (sign 0, logdet -inf) the inverse, adj(a) / det(a), is
+    infinite (nan where a cofactor is 0 too), as the derivative of logdet is."""
     sign, logdet, inverse, singular = _lu_slogdet_inverse(a)
-    if singular:                # the derivative needs the inverse
-        raise np.linalg.LinAlgError("Matrix is singular to machine precision.")
+    if singular:
+        adjugate = np.asfortranarray(_singular_cofactors(a).T).astype(inverse.dtype)
+        return 0.0 * sign, logdet - np.inf, adjugate * np.float32(np.inf)   # (/ det = 0)
     return sign, logdet, inverse
 
 
@@ -343,20 +346,44 @@ def _det_cofactors(a):
 
 
 def _det_cofactors_fwd(a):
-    d, cofactors, ainv_t = _det_parts(a)
-    return (d, cofactors), (d, cofactors, ainv_t)
+    d, cofactors, _ = _det_parts(a)
+    return (d, cofactors), (cofactors, a)
 
 
 def _det_cofactors_bwd(res, g):
-    # C = d A^-T: dC = d tr(A^-1 dA) A^-T - d A^-T dA^T A^-T
-    d, cofactors, ainv_t = res
+    cofactors, a = res
     gd, gc = g
-    if ainv_t.shape[0] != cofactors.shape[0]:
-        raise np.linalg.LinAlgError("second derivatives of det at a singular matrix: "
-                                    "Matrix is singular to machine precision.")
-    # (det of a float32 matrix is a float64, and so are its cofactors: '@' takes one dtype)
-    ainv_t = ainv_t.astype(cofactors.dtype)
-    return ((gd + np.sum(gc * ainv_t)) * cofactors - d * (ainv_t @ gc.T @ ainv_t),)
+    return (gd * cofactors + _cofactors_cotangent(a, gc),)
+
+
+@njit(cache=True)
+def _cofactors_cotangent(a, gc):
+    """The cotangent of ``a`` from ``gc``, that of its cofactor matrix C. In the
+    SVD a = U S V^T a step E = U F V^T moves C by det(U V^T) U dC(S)[F] V^T,
+    where for the diagonal S, with p_ij the product of the singular values
+    other than s_i and s_j, dC(S)[F]_ii = sum_(k != i) F_kk p_ik and
+    dC(S)[F]_ij = -F_ji p_ij. No division: exact at singular and nearly
+    singular matrices, where C = det(a) a^-T cancels a tiny det against a huge
+    inverse. (det of a float32 matrix is a float64, and so are C and gc.)"""
+    u, s, vt = np.linalg.svd(a.astype(gc.dtype))
+    n = s.size
+    g = u.T @ gc @ vt.T
+    others = np.empty((n, n), dtype=gc.dtype)      # p_ij, by prefix and suffix products
+    prefix, suffix = np.empty(n + 1, dtype=gc.dtype), np.empty(n + 1, dtype=gc.dtype)
+    for i in range(n):
+        prefix[0] = suffix[n] = 1.0
+        for k in range(n):
+            prefix[k + 1] = prefix[k] * (s[k] if k != i else 1.0)
+            suffix[n - 1 - k] = suffix[n - k] * (s[n - 1 - k] if n - 1 - k != i else 1.0)
+        for j in range(n):
+            others[i, j] = prefix[j] * suffix[j + 1]
+    fbar = -(g * others).T
+    for k in range(n):
+        fbar[k, k] = 0.0
+        for i in range(n):
+            if i != k:
+                fbar[k, k] += g[i, i] * others[i, k]
+    return (np.linalg.det(u) * np.linalg.det(vt)) * (u @ fbar @ vt)
 
 
 # (second order differentiates det's jvp rule in reverse, through this rule)
@@ -833,8 +860,12 @@ def _cut_pinv_tangent(a, p, da, u, s, vh, rank):
 def _pinv_svd(a, rcond):
     """(u, s, vh, rank): the thin SVD of ``a`` and the number of singular values
     Numba's pinv keeps, those above rcond s_max."""
+    m, n = a.shape
+    if m == 0 or n == 0:        # (Numba's svd refuses empty arrays; its pinv does not)
+        return (np.zeros((m, 0), dtype=a.dtype).T.T, np.zeros(0, dtype=a.dtype),
+                np.zeros((0, n), dtype=a.dtype).T.T, 0)
     u, s, vh = np.linalg.svd(a, False)
-    return u, s, vh, (np.sum(s > s[0] * rcond) if s.size else 0)
+    return u, s, vh, np.sum(s > s[0] * rcond)
 
 
 def _pinv_fwd(a, rcond):

@@ -518,7 +518,8 @@ def _ol_zero_shadow(x):
     if isinstance(x, types.Array):
         return lambda x: _laid_out_like(x, np.zeros(x.shape, x.dtype))
     if isinstance(x, types.Float):
-        return lambda x: x * 0.0
+        zero = numba.np.numpy_support.as_dtype(x).type(0.0)    # (x * 0.0 is nan at inf)
+        return lambda x: zero
     if isinstance(x, types.Integer):
         return lambda x: x
     if isinstance(x, types.BaseTuple):

@@ -470,3 +470,28 @@ def test_const_arguments_holding_no_array_beside_a_written_one_inside_njit():
     np.testing.assert_allclose(_through_a_slice(np.arange(1.0, 5.0), slice(1, 3)),
                                [0.0, 4.0, 6.0, 0.0])
     np.testing.assert_allclose(_through_a_linked_object(np.ones(2), _Link(3.0)), [3.0, 0.0])
+
+
+@njit
+def _sum_of_squares(x):
+    return np.sum(x * x)
+
+
+@njit
+def _gradient_inside(x):
+    dx = np.zeros_like(x)
+    autodiff(Reverse, _sum_of_squares, Duplicated(x, dx))
+    return dx
+
+
+@pytest.mark.parametrize("x", [np.zeros(0), np.arange(3.0)[None, :], np.arange(5.0)[::5],
+                               np.zeros((2, 0, 3))],
+                         ids=["empty", "row", "one_of_a_stride", "empty_3d"])
+def test_shadow_strides_need_to_fit_only_along_axes_longer_than_one(x):
+    """NumPy and Numba give an empty array, or an axis of length 1, other strides
+    (np.zeros(0).strides == (0,), Numba's zeros_like: (8,)): ``zeros_like`` of
+    such an array inside @njit was refused as a shadow of another layout,
+    though nothing is read there."""
+    np.testing.assert_array_equal(_gradient_inside(x), 2 * x)
+    with pytest.raises(ValueError, match="strides"):     # (a real difference: refused)
+        _gradient_inside(np.arange(6.0).reshape(3, 2)[:, :1])

@@ -133,3 +133,45 @@ def test_distinct_values_are_unchanged():
     for f in (eigh_vectors, eig_vectors, singular_vectors):
         check = enzpy.check_gradient(f, Duplicated(a.copy(), np.zeros((3, 3))))
         assert check.worst_relative_error < 1e-5, (f.__name__, str(check))
+
+
+@njit
+def _pinv_sum(a):
+    return np.sum(np.linalg.pinv(a)) + 1.0
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (0, 0)])
+def test_pinv_of_an_empty_matrix(shape):
+    """Numba's pinv returns an empty matrix; the rule's SVD (Numba's, which
+    refuses empty arrays) made both modes raise LinAlgError."""
+    a, da = np.zeros(shape), np.zeros(shape)
+    assert autodiff(Reverse, _pinv_sum, Duplicated(a, da)) == ((None,),)
+    assert autodiff(Forward, _pinv_sum, Duplicated(a, np.zeros(shape))) == (0.0,)
+
+
+@njit
+def _lstsq_of_every_other(a, b):
+    x, residuals, rank, s = np.linalg.lstsq(a, b[::2])
+    return np.sum(x * x) + np.sum(residuals)
+
+
+@njit
+def _lstsq_plain(a, b):
+    x, residuals, rank, s = np.linalg.lstsq(a, b)
+    return np.sum(x * x) + np.sum(residuals)
+
+
+def test_lstsq_with_a_strided_right_hand_side():
+    """A strided b (b[::2], b[::-1]) made the rules' reshape fail to compile
+    (RuleError) in every mode."""
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((5, 3)), rng.standard_normal(10)
+    da, want = np.zeros_like(a), np.zeros_like(a)
+    autodiff(Reverse, _lstsq_of_every_other, Duplicated(a, da), b)
+    autodiff(Reverse, _lstsq_plain, Duplicated(a.copy(), want), b[::2].copy())
+    np.testing.assert_allclose(da, want, rtol=1e-12)
+    v = rng.standard_normal((5, 3))
+    (t,) = autodiff(Forward, _lstsq_of_every_other, Duplicated(a, v), b)
+    assert t == pytest.approx(np.sum(want * v), rel=1e-10)
+    np.testing.assert_allclose(enzpy.hvp(_lstsq_of_every_other, a, v, b),
+                               enzpy.hvp(_lstsq_plain, a, v, b[::2].copy()), rtol=1e-10)

@@ -885,3 +885,36 @@ def test_an_njit_caller_compiled_after_a_rule_changed_uses_the_new_rule():
         assert first(0.3, 2.0) == pytest.approx(2 * math.cos(0.6) + 3 * 0.09, rel=1e-12)
     finally:
         clear_rules(_cube)
+
+
+# -- a rule whose result is infinite -------------------------------------------------------
+@njit
+def saturating(x):
+    return math.inf if x > 1.0 else 2.0 * x
+
+
+@njit
+def _saturating_fwd(x):
+    return saturating(x), 0.0
+
+
+@njit
+def _saturating_bwd(res, g):
+    return (2.0 * g,)
+
+
+defvjp(saturating, _saturating_fwd, _saturating_bwd)
+
+
+@njit
+def capped(x):
+    return min(saturating(x), 3.0) + x
+
+
+def test_a_rule_with_an_infinite_result_gets_its_cotangent():
+    """The zero shadow of a rule's float result was the result times 0.0: NaN
+    at an infinite (or NaN) result, which made the cotangent the rule receives,
+    and so the whole gradient, NaN (np.linalg.slogdet at a singular matrix)."""
+    assert autodiff(Reverse, capped, Active(2.0)) == ((1.0,),)      # the cap is taken
+    assert autodiff(Reverse, capped, Active(0.5)) == ((3.0,),)
+    assert saturating(2.0) == math.inf

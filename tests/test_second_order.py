@@ -1147,3 +1147,20 @@ def test_hvp_of_a_function_writing_a_constant_buffer_says_what_to_do_there():
                        match=r"pass 'scratch' as Duplicated.*hvp and hessian take the "
                              r"arguments after x as constants: allocate such a buffer inside"):
         hvp(_squares_through_a_scratch, c, v, np.zeros(2))
+
+
+@njit
+def _product_energy(A, B):
+    return np.sum((A @ B) ** 2)
+
+
+def test_hvp_with_a_constant_sharing_memory_with_x_says_what_it_knows():
+    """Through a product's rule hvp cannot tell which arguments the function
+    writes, so a constant sharing memory with x is refused; the message claimed
+    the function writes x, which it does not."""
+    E = np.eye(3) + 1.0
+    with pytest.raises(ValueError, match=r"may write argument 0 \(as far as enzpy can tell\)"
+                                         r".*pass distinct arrays \(a copy\)"):
+        enzpy.hvp(_product_energy, E, np.ones((3, 3)), E)
+    np.testing.assert_allclose(enzpy.hvp(_product_energy, E, np.ones((3, 3)), E.copy()),
+                               np.full((3, 3), 32.0), rtol=1e-12)
