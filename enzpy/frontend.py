@@ -347,7 +347,9 @@ def _check_cached_frozen_values(dispatcher, argtypes, compiled, cres):
     then = _annotated_values(compiled.type_annotation)
     now = _annotated_values(str(cres.type_annotation))
     for key, text in then.items():
-        if key in now and now[key] != text and not _ADDRESS.search(text + now[key]):
+        # (an object's text, a module's say, names where it lives, not a value)
+        if key in now and now[key] != text and not _ADDRESS.search(text + now[key]) \
+                and not text.startswith("<"):
             _refuse_frozen(dispatcher, *key, f"was {_short_repr(text)}; it is now "
                            f"{_short_repr(now[key])}")
     values = _frozen_values(cres)
@@ -373,7 +375,10 @@ def _cached_object_code(dispatcher, argtypes):
     try:
         cache = getattr(dispatcher, "_cache", None) or dispatcher.cache
         codegen = _target_context(dispatcher).codegen()
-        name = cache._cache_file._load_index()[cache._index_key(tuple(argtypes), codegen)]
+        # (a ufunc kernel's index is keyed by its signature, a function's by its types)
+        key = next((sig for sig in dispatcher.overloads
+                    if tuple(getattr(sig, "args", sig)) == tuple(argtypes)), tuple(argtypes))
+        name = cache._cache_file._load_index()[cache._index_key(key, codegen)]
         library = cache._cache_file._load_data(name)[0]
         return library[2][0] if library[1] == "object" else None
     except Exception:       # (Numba's cache internals moved, or the file is gone)

@@ -437,12 +437,13 @@ class Build:
             except fingerprint.NotCacheable as exc:
                 self.report.cache = f"not cached: {exc}"
                 return None
-        if self.disp.overloads.get(self.argtypes) is None and \
-                any(_numba_caches(d) for d in self.fingerprint.dispatchers):
+        if self.disp.overloads.get(self.argtypes) is None and (self.by_address or any(
+                _numba_caches(d) for d in self.fingerprint.dispatchers)):
             # The first call would load this code from Numba's cache, with the values
             # (and callees) it was compiled with then: the derivative must be of that.
+            # (An @njit caller keeps the derivative it calls: no later check can drop it.)
             with self.stage("numba_compile", user_code=True):
-                self.disp.compile(self.argtypes)
+                frontend.lower(self.disp, self.argtypes)
         with self.stage("cache_lookup"):
             compiled = self.compiled_before = self.fingerprint.compiled_ufuncs or \
                 _compiled_before(self.fingerprint.dispatchers)

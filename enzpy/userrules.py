@@ -398,7 +398,7 @@ def _compile_through_cache(disp, argtypes):
     compiled afresh, as enzpy's own entries are."""
     try:
         disp.compile(argtypes)
-    except numba.core.errors.TypingError:
+    except numba.core.errors.NumbaError:
         raise
     except Exception as exc:        # (what reading a broken pickle raises varies)
         if isinstance(disp._cache, NullCache):

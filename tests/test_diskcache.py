@@ -1195,6 +1195,83 @@ def test_a_derivative_loaded_before_numba_compiled_the_function(tmp_path):
         assert run()["g"] == pytest.approx(expected, rel=1e-12)
 
 
+REVIEWED_LOADS = """
+import json, math, os
+import numpy as np
+from numba import float64, int64, njit, vectorize
+import enzpy
+from enzpy import Active, Const, Duplicated, Reverse, autodiff
+
+K = 5.0
+BIG = np.ones(3000)
+BIG[1500] = float(os.environ["BIG"])
+
+
+@njit("float64(float64[:])", cache=True)        # eager: Numba compiles no other signature
+def eager(x):
+    return (x * x).sum()
+
+
+@vectorize([float64(float64, int64)], cache=True)
+def table(a, i):
+    return BIG[i] * math.sin(a)                 # (a ufunc's cache index is keyed otherwise)
+
+
+@njit
+def through_table(x, i):
+    return table(x, i)
+
+
+@njit
+def f(x):
+    return K * x * x
+
+
+@njit
+def step(x):
+    return autodiff(Reverse, f, Active(x))[0][0]
+
+
+out = {}
+dx = np.zeros(3)
+autodiff(Reverse, eager, Duplicated(np.arange(3.0), dx))
+out["eager"] = dx.tolist()
+out["step"] = step(0.5)                         # an @njit caller keeps what it calls
+K = 7.0
+out["f"] = f(0.5)
+out["step_after"] = step(0.5)
+try:
+    out["table"] = autodiff(Reverse, through_table, Active(0.7), Const(1500))[0][0]
+except enzpy.UnsupportedError as exc:
+    out["table"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_loads_reviewed_eager_signatures_njit_callers_and_ufunc_arrays(tmp_path):
+    """Found by a review of the load-time checks: compiling the function before
+    a load failed for eager signatures; an @njit caller of autodiff kept a
+    derivative loaded before Numba compiled the function (5.0 where f gives
+    7.0); a cache=True ufunc's arrays were never compared (its cache index is
+    keyed by signature)."""
+    (tmp_path / "reviewed.py").write_text(REVIEWED_LOADS)
+
+    def run(big):
+        done = subprocess.run([sys.executable, str(tmp_path / "reviewed.py")],
+                              capture_output=True, text=True, timeout=600, env=dict(
+                                  os.environ, BIG=str(big),
+                                  ENZPY_CACHE_DIR=str(tmp_path / "cache")))
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    for _ in range(2):      # built, then loaded
+        out = run(1.0)
+        assert out["eager"] == [0.0, 2.0, 4.0]
+        assert out["step"] == out["step_after"] == 5.0 and out["f"] == 1.25
+        assert out["table"] == pytest.approx(math.cos(0.7), rel=1e-12)
+    assert "global 'BIG' held other values" in run(5.0)["table"]
+
+
 # -- what the key and an entry's checks must tell apart (found by a review) -----------
 Params = __import__("collections").namedtuple("Params", "a b")
 SWAPPED = __import__("collections").namedtuple("Params", "b a")

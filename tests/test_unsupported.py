@@ -339,7 +339,7 @@ CORPUS = [
     # (named only Numba's boxing helper before)
     ("objmode_array", unsup_objmode_array, lambda: [_dup(np.ones(3))], UnsupportedError,
      "unsup_objmode_array", ["NRT_adapt_ndarray_to_python", "turns the value into a Python "
-                             "object for Python code (objmode", "print() is fine"]),
+                             "object for Python code (objmode", "print() of a float or an array is fine"]),
     # named only by Numba's free of its table before
     ("set_of_floats", unsup_set_of_floats, lambda: [_dup(np.array([0.3, 0.5, 0.7]))],
      UnsupportedError, "unsup_set_of_floats",
