@@ -201,14 +201,16 @@ def _target_context(dispatcher):
     return dispatcher.targetctx
 
 
+def _overload_key(dispatcher, argtypes):
+    """The key of ``dispatcher.overloads`` (and of Numba's cache index) for
+    ``argtypes``: a function's are argument types, a ufunc kernel's signatures."""
+    return next((key for key in dispatcher.overloads
+                 if tuple(getattr(key, "args", key)) == tuple(argtypes)), tuple(argtypes))
+
+
 def _overload(dispatcher, argtypes):
-    """What Numba compiled of ``dispatcher`` for ``argtypes``, or None (a
-    ufunc kernel's overloads are keyed by their signature)."""
-    found = dispatcher.overloads.get(tuple(argtypes))
-    if found is None and isinstance(dispatcher, UFuncDispatcher):
-        found = next((cres for sig, cres in dispatcher.overloads.items()
-                      if tuple(sig.args) == tuple(argtypes)), None)
-    return found
+    """What Numba compiled of ``dispatcher`` for ``argtypes``, or None."""
+    return dispatcher.overloads.get(_overload_key(dispatcher, argtypes))
 
 
 @contextmanager
@@ -375,10 +377,8 @@ def _cached_object_code(dispatcher, argtypes):
     try:
         cache = getattr(dispatcher, "_cache", None) or dispatcher.cache
         codegen = _target_context(dispatcher).codegen()
-        # (a ufunc kernel's index is keyed by its signature, a function's by its types)
-        key = next((sig for sig in dispatcher.overloads
-                    if tuple(getattr(sig, "args", sig)) == tuple(argtypes)), tuple(argtypes))
-        name = cache._cache_file._load_index()[cache._index_key(key, codegen)]
+        key = cache._index_key(_overload_key(dispatcher, argtypes), codegen)
+        name = cache._cache_file._load_index()[key]
         library = cache._cache_file._load_data(name)[0]
         return library[2][0] if library[1] == "object" else None
     except Exception:       # (Numba's cache internals moved, or the file is gone)

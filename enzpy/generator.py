@@ -21,12 +21,12 @@ from .runtime import VARSIZE_FREE
 # pointer and returns the floored quotient directly: piecewise constant, so its
 # derivative is zero. Other functions returning a float directly are refused.
 FLOOR_QUOTIENT = re.compile(r"numba6python3remE")
-# Numba's name of an argument's LLVM parameter: arg.x, or arg.a.4 for a field of array a
-# (arg.t.0.4: of the array in a tuple t)
 # Numba boxing a value into a Python object, and the calls of Python's C API
 # that only read an object: print's str() and the releases.
 _BOXING = re.compile(r"NRT_adapt_ndarray_to_python|PyFloat_FromDouble$|PyComplex_FromDoubles$")
 _READS_OBJECT = frozenset({"PyObject_Str", "PyObject_Repr", "Py_DecRef"})
+# Numba's name of an argument's LLVM parameter: arg.x, or arg.a.4 for a field of array a
+# (arg.t.0.4: of the array in a tuple t)
 _NUMBA_ARGUMENT = re.compile(r"^arg\.(\w+?)(?:\.\d+)*$")
 # In ``ModuleBuilder.user_args``: an argument of the differentiated function itself
 USER_FUNCTION = "the differentiated function's own"

@@ -78,8 +78,8 @@ def explain(callee: str) -> str:
     if PYTHON_OBJECT_CALL.match(callee):
         return ("; this turns the value into a Python object for Python code (objmode, a "
                 "call into Python), where enzpy cannot follow its derivative: hand to Python "
-                "only values that do not depend on the differentiated inputs (print() of a float or an "
-                "array is fine)")
+                "only values that do not depend on the differentiated inputs (print() of a "
+                "float or an array is fine)")
     return ""
 
 
