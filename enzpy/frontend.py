@@ -375,14 +375,21 @@ def _cached_object_code(dispatcher, argtypes):
     """The machine code Numba's disk cache holds for ``dispatcher`` at
     ``argtypes`` (bytes), or None where its cache's layout is not Numba's."""
     try:
-        cache = getattr(dispatcher, "_cache", None) or dispatcher.cache
-        codegen = _target_context(dispatcher).codegen()
-        key = cache._index_key(_overload_key(dispatcher, argtypes), codegen)
-        name = cache._cache_file._load_index()[key]
-        library = cache._cache_file._load_data(name)[0]
+        files, (name,) = _numba_cache_files(dispatcher, [_overload_key(dispatcher, argtypes)])
+        library = files._load_data(name)[0]
         return library[2][0] if library[1] == "object" else None
     except Exception:       # (Numba's cache internals moved, or the file is gone)
         return None
+
+
+def _numba_cache_files(dispatcher, keys):
+    """(Numba's cache files of ``dispatcher``, the names of the data files its
+    index gives the overloads ``keys``); raises where an overload is not in the
+    index, or where the cache's layout is not Numba's."""
+    cache = getattr(dispatcher, "_cache", None) or dispatcher.cache
+    files, codegen = cache._cache_file, _target_context(dispatcher).codegen()
+    index = files._load_index()
+    return files, [index[cache._index_key(key, codegen)] for key in keys]
 
 
 def _refuse_frozen(dispatcher, kind, name, change):
@@ -744,12 +751,7 @@ def _numba_cache_saved(dispatcher):
     if not hits or cache is None:
         return None
     try:
-        files = cache._cache_file
-        index = files._load_index()
-        codegen = dispatcher.targetctx.codegen()
-        names = [index.get(cache._index_key(sig, codegen)) for sig in hits]
-        if None in names:
-            raise LookupError("an overload not in the index")
+        files, names = _numba_cache_files(dispatcher, hits)
         return min(os.path.getmtime(os.path.join(files._cache_path, n)) for n in names)
     except Exception:           # (Numba's cache internals moved): its index, saved last
         try:

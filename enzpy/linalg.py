@@ -315,14 +315,26 @@ def _singular_cofactors(a):
     the inverse cannot give): from a = U S V^T, det(U) det(V) U adj(S) V^T, with
     adj(S) = diag(prod of the other singular values)."""
     u, s, vt = np.linalg.svd(a)
-    others = np.empty_like(s)
-    for i in range(s.size):
-        p = s.dtype.type(1.0)
-        for j in range(s.size):
-            if j != i:
-                p *= s[j]
-        others[i] = p
+    others = np.diag(_products_of_others(s))
     return (np.linalg.det(u) * np.linalg.det(vt)) * ((u * others.reshape(1, -1)) @ vt)
+
+
+@njit(cache=True)
+def _products_of_others(s):
+    """p with p_ij the product of the entries of ``s`` other than s_i and s_j
+    (p_ii: other than s_i), by prefix and suffix products: no division, so
+    exact where entries are 0."""
+    n = s.size
+    others = np.empty((n, n), dtype=s.dtype)
+    prefix, suffix = np.empty(n + 1, dtype=s.dtype), np.empty(n + 1, dtype=s.dtype)
+    for i in range(n):
+        prefix[0] = suffix[n] = 1.0
+        for k in range(n):
+            prefix[k + 1] = prefix[k] * (s[k] if k != i else 1.0)
+            suffix[n - 1 - k] = suffix[n - k] * (s[n - 1 - k] if n - 1 - k != i else 1.0)
+        for j in range(n):
+            others[i, j] = prefix[j] * suffix[j + 1]
+    return others
 
 
 @njit(cache=True)
@@ -368,15 +380,7 @@ def _cofactors_cotangent(a, gc):
     u, s, vt = np.linalg.svd(a.astype(gc.dtype))
     n = s.size
     g = u.T @ gc @ vt.T
-    others = np.empty((n, n), dtype=gc.dtype)      # p_ij, by prefix and suffix products
-    prefix, suffix = np.empty(n + 1, dtype=gc.dtype), np.empty(n + 1, dtype=gc.dtype)
-    for i in range(n):
-        prefix[0] = suffix[n] = 1.0
-        for k in range(n):
-            prefix[k + 1] = prefix[k] * (s[k] if k != i else 1.0)
-            suffix[n - 1 - k] = suffix[n - k] * (s[n - 1 - k] if n - 1 - k != i else 1.0)
-        for j in range(n):
-            others[i, j] = prefix[j] * suffix[j + 1]
+    others = _products_of_others(s)
     fbar = -(g * others).T
     for k in range(n):
         fbar[k, k] = 0.0
@@ -862,8 +866,8 @@ def _pinv_svd(a, rcond):
     Numba's pinv keeps, those above rcond s_max."""
     m, n = a.shape
     if m == 0 or n == 0:        # (Numba's svd refuses empty arrays; its pinv does not)
-        return (np.zeros((m, 0), dtype=a.dtype).T.T, np.zeros(0, dtype=a.dtype),
-                np.zeros((0, n), dtype=a.dtype).T.T, 0)
+        return (np.zeros((m, 0), dtype=a.dtype), np.zeros(0, dtype=a.dtype),
+                np.zeros((0, n), dtype=a.dtype), 0)
     u, s, vh = np.linalg.svd(a, False)
     return u, s, vh, np.sum(s > s[0] * rcond)
 

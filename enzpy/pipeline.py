@@ -269,10 +269,9 @@ class Build:
             STATS.misses += 1
             entry = self.load()
             if entry is not None and self.disp.overloads.get(self.argtypes) is None:
-                key_args = (self.signature, self.mode, userrules.registered())
                 rather_than_numba.setdefault(id(self.disp), []).append((
-                    weakref.ref(self.disp), self.argtypes, self.key, key_args,
-                    fingerprint.derivative_key(self.disp, *key_args).key))
+                    weakref.ref(self.disp), self.argtypes, self.key, self.key_args,
+                    self.values_key))
             if entry is None:
                 self.lower()
                 self.transform()
@@ -431,12 +430,14 @@ class Build:
             self.report.cache = "off"
             return None
         with self.stage("cache_lookup"):
+            self.key_args = (self.signature, self.mode, userrules.registered())
             try:
-                self.fingerprint = fingerprint.derivative_key(
-                    self.disp, self.signature, self.mode, userrules.registered())
+                self.fingerprint = fingerprint.derivative_key(self.disp, *self.key_args)
             except fingerprint.NotCacheable as exc:
                 self.report.cache = f"not cached: {exc}"
                 return None
+            # (the key of today's values, before code compiled earlier is added to it)
+            self.values_key = self.fingerprint.key
         if self.disp.overloads.get(self.argtypes) is None and (self.by_address or any(
                 _numba_caches(d) for d in self.fingerprint.dispatchers)):
             # The first call would load this code from Numba's cache, with the values
