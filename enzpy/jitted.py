@@ -21,7 +21,7 @@ from numba.extending import (lower_builtin, make_attribute_wrapper, models,
 from . import pipeline
 from .api import Active, Const, Duplicated, Mode, autodiff
 from .arguments import (aliasing_message, positional_parameters, star_parameter,
-                        unlike_shadows_message)
+                        strides_fit, unlike_shadows_message)
 from .cache import STATS
 from .errors import UnsupportedError
 
@@ -222,17 +222,7 @@ def _overlaps_itself(a):
     return False
 
 
-@njit
-def _strides_fit(x, dx):
-    """The shadow ``dx`` is laid out as ``x`` wherever that matters: along every
-    axis longer than 1 (an axis of length 1 is only read at 0, and an empty
-    array not at all; NumPy and Numba give those other strides)."""
-    if x.size == 0:
-        return True
-    for k in range(x.ndim):
-        if x.shape[k] > 1 and x.strides[k] != dx.strides[k]:
-            return False
-    return True
+_strides_fit = njit(strides_fit)
 
 
 @njit

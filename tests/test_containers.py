@@ -12,7 +12,7 @@ import math
 import numba
 import numpy as np
 import pytest
-from numba import njit, types
+from numba import literal_unroll, njit, types
 from numba.core.runtime import _nrt_python, rtsys
 from numba.experimental import jitclass
 
@@ -506,6 +506,37 @@ def test_reflected_list_of_arrays_argument():
     np.testing.assert_allclose(dparts[1], 4 * parts[1])
     with pytest.raises(TypeError, match="NumPy array"):
         autodiff(Reverse, list_argument, Duplicated([1.0, 2.0], [0.0, 0.0]))
+
+
+@njit
+def weighted_squares(parts):
+    s = 0.0
+    for k in literal_unroll(parts):
+        s += (k ** 2).sum() * k.ndim
+    return s
+
+
+def test_container_shadows_need_to_fit_only_along_axes_longer_than_one():
+    """``np.zeros_like`` gives an axis of length 1, or an empty array, other
+    strides than a view has (e.g. (32, 8) for a row with strides (0, 8)); those
+    are never read, so such shadows inside containers are accepted (they were
+    refused as of another layout), as they are for arrays passed alone and
+    inside @njit. A difference along a longer axis is still refused."""
+    row, empty = np.arange(1.0, 5.0)[None, :], np.ones((2, 3))[:0]      # (strides (24, 8))
+    parts = (row, empty, np.array([0.5, 2.0]))
+    shadows = (np.zeros_like(row), np.zeros((0, 3)), np.zeros(2))
+    assert shadows[0].strides != row.strides and shadows[1].strides != empty.strides
+    autodiff(Reverse, weighted_squares, Duplicated(parts, shadows))
+    np.testing.assert_allclose(shadows[0], 4 * row)          # (d(2 * sum(row ** 2)))
+    np.testing.assert_allclose(shadows[2], 2 * parts[2])
+    assert shadows[1].shape == (0, 3)
+    p = Params(np.arange(1.0, 6.0)[::5], 2.0, 0)          # (one element, strides (40,))
+    dp = Params(np.zeros(1), 0.0, 0)
+    autodiff(Reverse, params_energy, Duplicated(p, dp), Const(X[:1]))
+    np.testing.assert_allclose(dp.a, 2 * (p.a * X[:1]).sum() * X[:1] * p.c)
+    column = np.arange(6.0).reshape(3, 2)[:, :1]
+    with pytest.raises(ValueError, match=r"argument 0\[0\]: the shadow's layout"):
+        autodiff(Reverse, weighted_squares, Duplicated((column,), (np.zeros_like(column),)))
 
 
 @njit
