@@ -1,7 +1,7 @@
 """enzpy as a GradBench tool (``python -m enzpy.gradbench``), tested through the protocol.
 
 One tool process serves a scripted session covering every eval at a small size (so each
-eval module is compiled once): start, define, evaluate of every function, analysis. Its
+eval module is compiled once; ht and saddle only with ``ENZPY_SLOW=1``, see below): start, define, evaluate of every function, analysis. Its
 outputs are compared with independent plain-NumPy implementations written here (objectives
 with the suite's tolerance, derivatives with central finite differences of those
 implementations; for ba and ht the sent slices against the dense finite-difference
@@ -508,7 +508,7 @@ def test_bad_messages_get_errors_and_the_tool_keeps_serving():
         {"id": 0, "kind": "start", "eval": "lse"},
         "this is not json",
         {"kind": "define", "module": "lse"},                             # no id
-        {"id": 3, "kind": "frobnicate"},                                 # unknown kind
+        {"id": 3, "kind": "end"},                          # a kind the tool does not know
         {"id": 4, "kind": "define", "module": "nope"},                   # unknown module
         {"id": 5, "kind": "define", "module": "lse"},
         {"id": 6, "kind": "evaluate", "module": "lse", "function": "hessian",
@@ -542,7 +542,8 @@ def test_bad_messages_get_errors_and_the_tool_keeps_serving():
     assert answers[0] == {"id": 0, "tool": "enzpy"}
     assert answers[1]["id"] is None and "JSON" in answers[1]["error"]
     assert answers[2]["id"] is None and "id" in answers[2]["error"]
-    expected_words = {3: "kind", 4: "module", 6: "function", 7: "'x'", 8: "1-d",
+    assert by_id[3] == {"id": 3}          # (the protocol: {"id"} answers any such kind)
+    expected_words = {4: "module", 6: "function", 7: "'x'", 8: "1-d",
                       9: "'x'", 10: "input", 11: "min_runs", 12: "ell*ell",
                       16: "non-finite", 17: "'x'", 18: "finite"}
     for mid, word in expected_words.items():

@@ -11,7 +11,8 @@ exactly one JSON line on stdout (flushed), carrying the same ``id``:
   made ``min_runs`` calls and spent ``min_seconds`` (one ``evaluate`` timing per call; a
   first call of a function not compiled at ``define`` is made untimed and reported as
   ``compile``), answers the last call's output;
-- anything else: ``{"id", "success": false, "error"}`` (the evals only read the id).
+- any other kind (``analysis``, or one a later protocol adds): ``{"id"}``, which the
+  protocol asks of every kind but ``define`` and ``evaluate``.
 
 Bad messages (malformed JSON, a missing field, a wrong shape, an unknown module or function,
 an exception inside the computation) get ``success: false`` with the reason; the loop goes on.
@@ -56,13 +57,11 @@ class Server:
         try:
             if kind == "start":
                 return {"id": mid, "tool": TOOL}
-            if kind == "analysis":
-                return {"id": mid}
             if kind == "define":
                 return {"id": mid, **self.define(msg)}
             if kind == "evaluate":
                 return {"id": mid, **self.evaluate(msg)}
-            return {"id": mid, "success": False, "error": f"unknown message kind {kind!r}"}
+            return {"id": mid}
         except InputError as exc:
             return {"id": mid, "success": False, "error": f"bad input: {exc}"}
         except Exception as exc:                                   # noqa: BLE001
