@@ -366,8 +366,9 @@ class ModuleBuilder:
                 located.located = True
                 return located
         # The NumPy calls of that block named in the implementation's chain (np.split ->
-        # np_split) or in the message (np.nextafter -> numba_nextafter), else its only call.
-        text = " ".join(demangle(s) for s in chain[:-1]) + " " + str(exc)
+        # np_split) or by a function the message quotes (np.nextafter -> 'numba_nextafter';
+        # not its prose: "complex ones" is no np.ones), else its only call.
+        text = " ".join([demangle(s) for s in chain[:-1]] + re.findall(r"'([^']*)'", str(exc)))
         named = [(line, n) for line, n in found if n and _short(n) in text] or (
             found if len(found) == 1 else [])
         if not named:

@@ -550,6 +550,15 @@ class Lowered:
                 found += [(stmt.loc.line, n) for n in _ufuncs_in(expr.expr)]
         return found
 
+    def lines_making_dicts(self) -> set:
+        """The source lines that make a dictionary (``{}``, ``{k: v}``, ``Dict.empty``)."""
+        annotation = self.cres.type_annotation
+        return {stmt.loc.line
+                for block in getattr(annotation, "blocks", {}).values() for stmt in block.body
+                if isinstance(stmt, numba_ir.Assign) and isinstance(stmt.value, numba_ir.Expr)
+                and (stmt.value.op == "build_map" or stmt.value.op == "call" and _numpy_name(
+                    annotation.typemap.get(stmt.value.func.name)) == "numba.typed.Dict")}
+
     def lines_writing(self, variable) -> set:
         """The source lines of ``variable[...] = ...`` (of any of Numba's versions of it)."""
         return {stmt.loc.line

@@ -37,7 +37,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
 from . import (arguments, backend, custom, diskcache, fingerprint, frontend, refcounts,
-               userrules)
+               typeddict, userrules)
 from .augment import INLINE_LIMIT
 from .cache import (STATS, ModuleBuilder, entry_function, forward_entry_function,
                     tangent_function)
@@ -677,9 +677,12 @@ class Build:
         self.signature = ([("Active", tx, None) if scalar else ("Duplicated", tx, tx)]
                           + consts + [("Const", tx, None) if scalar else ("Duplicated", tx, tx)])
         layouts = self.layouts(self.signature, True)
-        self.builder, self.entry_name, self.text = self._reverse_module(
-            _Primal(low, self.tangent_model, self.primal.lowered, self.primal.blocks), name,
-            self.activity(layouts, True), layouts, low.restype, name=low.name)
+        try:
+            self.builder, self.entry_name, self.text = self._reverse_module(
+                _Primal(low, self.tangent_model, self.primal.lowered, self.primal.blocks), name,
+                self.activity(layouts, True), layouts, low.restype, name=low.name)
+        except UnsupportedError as exc:
+            raise _dictionaries_named(exc, self.primal.lowered) from None
         self.dump("hvp", self.text)
         self.report.derivative_functions = len(self.builder.derivatives) + len(
             tangents.derivatives)
@@ -861,6 +864,20 @@ def _may_hold_arrays(ty, _open=()) -> bool:
                                types.EnumMember, types.NPDatetime, types.NPTimedelta,
                                types.Callable, types.SliceType, types.DType,
                                types.NumberClass, types.RangeType))
+
+
+def _dictionaries_named(exc: UnsupportedError, lowered: dict) -> UnsupportedError:
+    """``exc``, raised differentiating the first derivative's mirror of a
+    dictionary (which has no source line of its own), with where the user's
+    code makes dictionaries."""
+    if f"'{typeddict.MIRROR}" not in str(exc):
+        return exc
+    where = sorted({f"{low.source_file}:{line}" for low in lowered.values()
+                    if not low.is_library_code for line in low.lines_making_dicts()})
+    if not where:
+        return exc
+    return UnsupportedError(f"{exc} (the dictionar{'y' if len(where) == 1 else 'ies'} made at "
+                            f"{', '.join(where[:3])}{', ...' if len(where) > 3 else ''})")
 
 
 def _return_slot_type(ctx, restype) -> str:

@@ -130,7 +130,7 @@ ABSENT = "not in NumPy 2 (removed, or never a NumPy function): nothing to compil
 NO_DERIVATIVE = {
     **dict.fromkeys("""
         np.argsort np.argmax np.argmin np.argpartition np.argwhere np.nonzero np.flatnonzero
-        np.count_nonzero np.searchsorted np.digitize np.bincount np.histogram np.all np.any
+        np.count_nonzero np.searchsorted np.digitize np.all np.any
         np.isclose np.allclose np.array_equal np.isfinite np.isinf np.isnan np.isnat
         np.signbit np.isneginf np.isposinf np.isreal np.iscomplex np.isrealobj
         np.iscomplexobj np.greater np.greater_equal np.less np.less_equal np.not_equal
@@ -147,7 +147,7 @@ NO_DERIVATIVE = {
         """.split(), INTEGER),
     **dict.fromkeys("""
         np.empty np.empty_like np.zeros np.zeros_like np.ones np.ones_like np.eye
-        np.identity np.arange np.tri np.bartlett np.blackman np.hamming np.hanning np.kaiser
+        np.identity np.arange np.tri np.bartlett np.blackman np.hamming np.hanning
         """.split(), CONSTANT),
     **dict.fromkeys("np.floor np.ceil np.trunc np.rint np.sign".split(), PIECEWISE),
     **dict.fromkeys("np.round_ np.flatten ndarray.itemset".split(), ABSENT),
@@ -284,6 +284,11 @@ def build_markdown(results, programs):
         "random, or piecewise constant; nothing to differentiate (when no corpus program "
         "covers it).",
         "- not in NumPy 2: a name Numba's page lists that NumPy 2 removed (or never had).",
+        "",
+        "The corpus differentiates real (float32, float64) values. `np.linalg` functions and "
+        "matrix products of complex matrices (Numba's complex LAPACK and BLAS) are refused "
+        "with an `UnsupportedError` naming the call and its line (complex values elsewhere: "
+        "see rows such as `np.complex128` and `np.angle`).",
         "",
         f"Probe run: {len(results['programs'])} programs, enzpy at "
         f"{results.get('enzpy_version', '?')}"

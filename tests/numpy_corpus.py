@@ -3461,6 +3461,33 @@ _add("roots_cubic_f64", ["np.roots"], roots_squares,
      lambda: [np.array([1.0, -6.0, 11.0, -6.2])], hvp=True)
 
 
+# -- float results of names once listed as having no derivative (found by a review) ------
+@njit
+def bincount_weights(w, idx, c):
+    # (the weights' sums per bin are floats: linear in w)
+    return (c * np.bincount(idx, w) ** 2).sum()
+
+
+@njit
+def histogram_edges(a, w):
+    # (the edges span [min(a), max(a)]: they move with the extreme values)
+    counts, edges = np.histogram(a, 4)
+    return (w * edges).sum() + (counts * edges[:-1] ** 2).sum()
+
+
+@njit
+def kaiser_window(beta, w):
+    return (w * np.kaiser(7, beta)).sum() ** 2
+
+
+_add("bincount_weights_f64", ["np.bincount"], bincount_weights,
+     lambda: [normal(1014, 7), np.array([0, 2, 2, 3, 0, 3, 3]), weights(1014, 4)], hvp=True)
+_add("histogram_edges_f64", ["np.histogram"], histogram_edges,
+     lambda: [distinct(1015, 9), weights(1015, 5)], hvp=True)
+_add("kaiser_beta_f64", ["np.kaiser"], kaiser_window, lambda: [2.5, weights(1016, 7)],
+     hvp=True)
+
+
 def _check_registry():
     names = [p.name for p in PROGRAMS]
     dup = {n for n in names if names.count(n) > 1}

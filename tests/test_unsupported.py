@@ -546,17 +546,27 @@ def unsup_complex_dot(A):
     return Z.real.sum()
 
 
+@njit
+def unsup_complex_solve_after_ones(A):
+    Z = A + 1j * A.T
+    b = np.ones(A.shape[0]) + 0j
+    r = np.linalg.solve(Z * 2.0, b)
+    return (np.abs(r) ** 2).sum()
+
+
 @pytest.mark.parametrize("f, call, text", [
     (unsup_complex_matmul, "@", "W = Z @ Z"),
     (unsup_complex_dot, "np.dot", "np.dot(Z, Z)"),             # in a loop
-], ids=["matmul_operator", "np_dot_in_loop"])
+    # (the message's "complex ones are not differentiated" named np.ones, lines earlier)
+    (unsup_complex_solve_after_ones, "np.linalg.solve", "np.linalg.solve(Z"),
+], ids=["matmul_operator", "np_dot_in_loop", "solve_after_ones"])
 def test_refusal_in_numba_code_names_the_numpy_call_and_line(f, call, text):
     """A refusal inside Numba's implementation of a NumPy function names the call as the
     user wrote it, with the file and line, before the implementation's details."""
     args = [_dup(_matrix())]
     with pytest.raises(UnsupportedError) as info:
         autodiff(Reverse, f, *args)
-    where = f"{call} at test_unsupported.py:{_line_of(f, text)}: "
+    where = f"'{f.__name__}': {call} at test_unsupported.py:{_line_of(f, text)}: "
     assert where in str(info.value), str(info.value)
 
 
