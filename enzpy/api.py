@@ -17,7 +17,7 @@ from .arguments import (aliasing_message, arrays_in, check_shadow, conflicting_o
                         conflicting_shadows, object_address, objects_in, overlaps_itself,
                         positional_parameters, rebuild_adjoint, reference_fields,
                         restore_reference_fields, share_memory, star_parameter,
-                        strided_like, unlike_shadows_message)
+                        strided_like, strides_fit, unlike_shadows_message)
 from .cache import STATS
 from .errors import raise_exception_set_by
 from .pipeline import build, entries as _entries, fast_paths as _fast_paths
@@ -211,7 +211,7 @@ def _shadow_values(args, values, positions, written=()):
                     or not dx.flags.writeable or share_memory(x, dx) \
                     or overlaps_itself(x) or overlaps_itself(dx):
                 check_shadow(i, x, dx)
-            if dx.strides != x.strides:
+            if not strides_fit(x, dx):
                 copies = (copies or []) + [(dx, len(shadows))]
         elif not _is_float_scalar(x):
             check_shadow(i, x, dx)
@@ -250,8 +250,18 @@ def _check_shadows_apart(pairs, written=()):
     writes from other reads) share memory only as their shadows do."""
     held = {label for label, _, _ in pairs if isinstance(label, str)} | set(written)
     conflict = conflicting_shadows(pairs, held) if len(pairs) > 1 else None
-    if conflict is not None:
-        raise ValueError(unlike_shadows_message(*conflict))
+    if conflict is None:
+        return
+    for label, x, dx in pairs:
+        if label in conflict and not strides_fit(x, dx):
+            # (laid out like the array in a copy of its own, the shadow would no longer
+            # share memory with the others: the message the user needs is that one)
+            raise ValueError(f"argument {label}: the shadow's layout (strides {dx.strides}) "
+                             f"does not fit the array's (strides {x.strides}) and the shadow "
+                             f"shares memory with another argument's; lay it out like the "
+                             f"array (enzpy.zeros_like, or for big[::2], "
+                             f"np.zeros_like(big)[::2])")
+    raise ValueError(unlike_shadows_message(*conflict))
 
 
 def _check_shadows_off_values(values, pairs):

@@ -371,7 +371,7 @@ def conflicting_shadows(pairs, held=()):
             held_pair = i in held or j in held
             if not held_pair and not np.may_share_memory(dx, dy):
                 continue            # (the usual case, decided by address ranges alone)
-            alike = dx.strides == x.strides and dy.strides == y.strides and \
+            alike = strides_fit(x, dx) and strides_fit(y, dy) and \
                 dx.ctypes.data - dy.ctypes.data == x.ctypes.data - y.ctypes.data
             if alike:
                 continue

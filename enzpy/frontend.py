@@ -551,13 +551,14 @@ class Lowered:
         return found
 
     def lines_making_dicts(self) -> set:
-        """The source lines that make a dictionary (``{}``, ``{k: v}``, ``Dict.empty``)."""
+        """The source lines that make a dictionary: ``{}``, ``{k: v}``, and calls
+        whose result is one (``Dict.empty(...)``, ``dict()``, a helper making one)."""
         annotation = self.cres.type_annotation
         return {stmt.loc.line
                 for block in getattr(annotation, "blocks", {}).values() for stmt in block.body
                 if isinstance(stmt, numba_ir.Assign) and isinstance(stmt.value, numba_ir.Expr)
-                and (stmt.value.op == "build_map" or stmt.value.op == "call" and _numpy_name(
-                    annotation.typemap.get(stmt.value.func.name)) == "numba.typed.Dict")}
+                and stmt.value.op in ("build_map", "call")
+                and isinstance(annotation.typemap.get(stmt.target.name), types.DictType)}
 
     def lines_writing(self, variable) -> set:
         """The source lines of ``variable[...] = ...`` (of any of Numba's versions of it)."""

@@ -232,7 +232,7 @@ def _shadows_mix(x, dx, y, dy, held):
     share memory in a way the shadows do not)."""
     if not (_may_share_memory(dx, dy) or held and _may_share_memory(x, y)):
         return False
-    if dx.ndim != dy.ndim or dx.strides != x.strides or dy.strides != y.strides:
+    if not (_strides_fit(x, dx) and _strides_fit(y, dy)):
         return True
     return np.intp(dx.ctypes.data) - np.intp(dy.ctypes.data) != \
         np.intp(x.ctypes.data) - np.intp(y.ctypes.data)

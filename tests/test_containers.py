@@ -540,6 +540,50 @@ def test_container_shadows_need_to_fit_only_along_axes_longer_than_one():
 
 
 @njit
+def product_of_pair(t):
+    a, b = t
+    return (a * b * b).sum()
+
+
+@njit
+def product_of_two(a, b):
+    return (a * b * b).sum()
+
+
+def test_an_array_held_twice_may_have_one_shadow_fitting_only_along_axes_longer_than_one():
+    """x[None, :] (strides (0, 8)) held twice with one np.zeros shadow (strides
+    (24, 8)): the shadows share memory as the arrays do wherever they are read,
+    so this is accepted (it was refused as shadows not sharing memory alike) and
+    the shadow gets both contributions, as arguments, in a tuple and in @njit."""
+    row = np.arange(1.0, 4.0)[None, :]
+    want = 3 * row ** 2
+    d = np.zeros((1, 3))
+    autodiff(Reverse, product_of_two, Duplicated(row, d), Duplicated(row, d))
+    np.testing.assert_allclose(d, want)
+    d = np.zeros((1, 3))
+    autodiff(Reverse, product_of_pair, Duplicated((row, row), (d, d)))
+    np.testing.assert_allclose(d, want)
+    np.testing.assert_allclose(_twice_inside(row), want)
+    # a layout that does not fit would be copied apart for each argument: refused, saying why
+    big = np.arange(1.0, 9.0)
+    d = np.zeros(4)
+    with pytest.raises(ValueError, match=r"argument 0: the shadow's layout \(strides \(8,\)\) "
+                                         r"does not fit the array's \(strides \(16,\)\)"):
+        autodiff(Reverse, product_of_two, Duplicated(big[::2], d), Duplicated(big[::2], d))
+    assert not d.any()
+    d = np.zeros(8)
+    autodiff(Reverse, product_of_two, Duplicated(big[::2], d[::2]), Duplicated(big[::2], d[::2]))
+    np.testing.assert_allclose(d[::2], 3 * big[::2] ** 2)
+
+
+@njit
+def _twice_inside(x):
+    d = np.zeros(x.shape)
+    autodiff(Reverse, product_of_two, Duplicated(x, d), Duplicated(x, d))
+    return d
+
+
+@njit
 def record_energy(r):
     s = 0.0
     for i in range(r.shape[0]):

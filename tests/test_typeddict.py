@@ -310,6 +310,13 @@ def _energy(x):
 
 
 @njit
+def _energy_of_empty(x):
+    d = Dict.empty(key_type=types.int64, value_type=types.float64)
+    d[0] = x[0] * x[1]
+    return d[0] * np.sin(x[2])
+
+
+@njit
 def _returns_dictionary(x):
     return {0: x}
 
@@ -364,6 +371,10 @@ def test_refusals_name_the_dictionary():
                                                rf"are not supported \(the dictionary made at "
                                                rf"test_typeddict.py:{made}\)"):
         enzpy.hvp(_energy, X[:3].copy(), np.ones(3))
+    made = _energy_of_empty.py_func.__code__.co_firstlineno + 2
+    with pytest.raises(UnsupportedError, match=rf"\(the dictionary made at "
+                                               rf"test_typeddict.py:{made}\)"):
+        enzpy.hvp(_energy_of_empty, X[:3].copy(), np.ones(3))
     with pytest.raises(TypeError, match="numba.typed.Dict"):
         autodiff(Reverse, _inserts_into_argument, Active(1.5), Duplicated(d, d.copy()))
     with pytest.raises(UnsupportedError, match="returns Dict"):

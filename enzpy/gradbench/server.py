@@ -11,11 +11,12 @@ exactly one JSON line on stdout (flushed), carrying the same ``id``:
   made ``min_runs`` calls and spent ``min_seconds`` (one ``evaluate`` timing per call; a
   first call of a function not compiled at ``define`` is made untimed and reported as
   ``compile``), answers the last call's output;
-- any other kind (``analysis``, or one a later protocol adds): ``{"id"}``, which the
-  protocol asks of every kind but ``define`` and ``evaluate``.
+- any other kind (one a later protocol adds, or none): ``{"id"}``, which the protocol asks
+  of every kind but ``define`` and ``evaluate``.
 
-Bad messages (malformed JSON, a missing field, a wrong shape, an unknown module or function,
-an exception inside the computation) get ``success: false`` with the reason; the loop goes on.
+Bad messages (malformed JSON, no integer ``id``, a ``define`` or ``evaluate`` missing a
+field, a wrong shape, an unknown module or function, an exception inside the computation)
+get ``success: false`` with the reason; the loop goes on.
 It ends at end of input. What Numba, LLVM or enzpy print goes to stderr: stdout (file
 descriptor 1) is redirected there, and answers are written to a private copy of it.
 """
