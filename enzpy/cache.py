@@ -368,7 +368,7 @@ class ModuleBuilder:
         # The NumPy calls of that block named in the implementation's chain (np.split ->
         # np_split) or by a function the message quotes (np.nextafter -> 'numba_nextafter';
         # not its prose: "complex ones" is no np.ones), else its only call.
-        text = " ".join([demangle(s) for s in chain[:-1]] + re.findall(r"'([^']*)'", str(exc)))
+        text = " ".join([demangle(s) for s in chain[:-1]] + re.findall(r"'([^'\s]+)'", str(exc)))
         named = [(line, n) for line, n in found if n and _short(n) in text] or (
             found if len(found) == 1 else [])
         if not named:
@@ -455,7 +455,8 @@ class ModuleBuilder:
 
 def _short(numpy_name) -> str:
     """What Numba's implementation of a NumPy call is named after (np.linalg.eig -> eig)."""
-    return {"@": "dot", "**": "pow"}.get(numpy_name) or numpy_name.rpartition(".")[2]
+    return {"@": "dot", "**": "pow", "np.linalg.cholesky": "cho_impl"}.get(numpy_name) or \
+        numpy_name.rpartition(".")[2]
 
 
 # Callees written ahead of their callers (see reverse_reads) nest Python calls.

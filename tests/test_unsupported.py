@@ -554,12 +554,22 @@ def unsup_complex_solve_after_ones(A):
     return (np.abs(r) ** 2).sum()
 
 
+@njit
+def unsup_complex_cholesky_after_ones(A):
+    b = np.ones(A.shape[0])
+    Z = (A @ A.T + np.eye(A.shape[0])) + 0j
+    L = np.linalg.cholesky(Z)
+    return np.abs(L).sum() + b.sum()
+
+
 @pytest.mark.parametrize("f, call, text", [
     (unsup_complex_matmul, "@", "W = Z @ Z"),
     (unsup_complex_dot, "np.dot", "np.dot(Z, Z)"),             # in a loop
     # (the message's "complex ones are not differentiated" named np.ones, lines earlier)
     (unsup_complex_solve_after_ones, "np.linalg.solve", "np.linalg.solve(Z"),
-], ids=["matmul_operator", "np_dot_in_loop", "solve_after_ones"])
+    # (Numba's implementation is cho_impl: the block's other calls were named instead)
+    (unsup_complex_cholesky_after_ones, "np.linalg.cholesky", "np.linalg.cholesky(Z)"),
+], ids=["matmul_operator", "np_dot_in_loop", "solve_after_ones", "cholesky_after_ones"])
 def test_refusal_in_numba_code_names_the_numpy_call_and_line(f, call, text):
     """A refusal inside Numba's implementation of a NumPy function names the call as the
     user wrote it, with the file and line, before the implementation's details."""
