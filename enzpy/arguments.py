@@ -423,8 +423,9 @@ def strides_fit(x, dx) -> bool:
 
 def check_shadow(i, x, dx, where=""):
     """``dx`` must be a shadow of ``x``: the same container shape, arrays of
-    the same shape and dtype (and, inside containers, strides), objects of the
-    same class. ``ValueError`` or ``TypeError`` otherwise, before anything runs.
+    the same shape and dtype (and, inside containers, strides that fit:
+    ``strides_fit``), objects of the same class. ``ValueError`` or
+    ``TypeError`` otherwise, before anything runs.
     (An argument that is an array may have a shadow of another layout: it is
     passed laid out like the array.)"""
     here = f"argument {i}{where}"

@@ -453,10 +453,13 @@ class ModuleBuilder:
         return "\n".join([primal, *helpers, *decls, *self.texts, entry])
 
 
+# NumPy calls whose implementation in Numba is not named after the function
+_IMPLEMENTATION_NAMES = {"@": "dot", "**": "pow", "np.linalg.cholesky": "cho_impl"}
+
+
 def _short(numpy_name) -> str:
     """What Numba's implementation of a NumPy call is named after (np.linalg.eig -> eig)."""
-    return {"@": "dot", "**": "pow", "np.linalg.cholesky": "cho_impl"}.get(numpy_name) or \
-        numpy_name.rpartition(".")[2]
+    return _IMPLEMENTATION_NAMES.get(numpy_name) or numpy_name.rpartition(".")[2]
 
 
 # Callees written ahead of their callers (see reverse_reads) nest Python calls.
