@@ -153,6 +153,11 @@ def forget_typed_calls():
                 template._compiled_overloads.clear()
 
 
+# A caller compiled after ``f.recompile()`` must call the derivative of the code
+# ``f`` runs now, not the one Numba typed into ``autodiff`` for an earlier caller.
+pipeline.RECOMPILE_HOOKS.append(lambda disp: forget_typed_calls())
+
+
 def _check_signature(disp, signature, mode):
     """The checks ``autodiff`` makes in Python on values, made here on types."""
     for i, (kind, ty, shadow) in enumerate(signature):

@@ -308,6 +308,23 @@ def test_function_passed_as_an_argument():
     assert newton_on(shifted_exp, 1.0) == pytest.approx(math.log(3.0), rel=1e-15)
 
 
+def test_callers_compiled_after_recompile_get_the_new_derivative():
+    """A caller compiled after ``f.recompile()`` (a changed global) got the
+    derivative Numba had typed into ``autodiff`` for an earlier caller: 2.0, not 5.0."""
+    namespace = {"njit": njit, "autodiff": autodiff, "Reverse": Reverse, "Forward": Forward,
+                 "Active": Active, "Duplicated": Duplicated, "A": 2.0}
+    make_callers = ("@njit\ndef reverse(x):\n    (d,), = autodiff(Reverse, f, Active(x))\n"
+                    "    return d\n"
+                    "@njit\ndef forward(x):\n    return autodiff(Forward, f, Duplicated(x, 1.0))[0]\n")
+    exec("@njit\ndef f(x):\n    return A * x * x\n" + make_callers, namespace)
+    assert (namespace["reverse"](0.5), namespace["forward"](0.5)) == (2.0, 2.0)
+    namespace["A"] = 5.0
+    namespace["f"].recompile()
+    exec(make_callers, namespace)
+    assert (namespace["reverse"](0.5), namespace["forward"](0.5)) == (5.0, 5.0)
+    assert namespace["f"](0.5) == 1.25
+
+
 @njit
 def _slope_squared(x, c):
     (dx, _), = autodiff(Reverse, residual, Active(x), Const(c))
