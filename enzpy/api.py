@@ -7,6 +7,7 @@ the results back in Enzyme.jl's shapes.
 from __future__ import annotations
 
 import inspect
+import types
 
 import numba
 import numpy as np
@@ -98,6 +99,16 @@ def _dispatcher(f, caller="autodiff"):
     return found[0]
 
 
+def _names_in(code) -> set:
+    """The global and attribute names ``code`` reads, with those of the code
+    nested in it (comprehensions, inner functions, lambdas)."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names_in(const)
+    return names
+
+
 def _values_read(f) -> tuple:
     """The globals, module attributes and closure values a plain function
     reads: a digest of each (arrays by their content), or its identity where it
@@ -105,11 +116,22 @@ def _values_read(f) -> tuple:
     code = getattr(f, "__code__", None)
     if code is None:
         return ()
+    read = sorted(_names_in(code))
     names = getattr(f, "__globals__", {})
-    values = [names[n] for n in code.co_names if n in names]
-    # (``params.S``: an attribute of a module it reads, which Numba freezes too)
-    values += [getattr(m, n) for m in list(values) if inspect.ismodule(m)
-               for n in code.co_names if n in vars(m)]
+    values = [names[n] for n in read if n in names]
+    # (``params.S``, ``cfg.sub.K``: attributes of modules it reads, which Numba
+    # freezes too)
+    modules = [v for v in values if inspect.ismodule(v)]
+    seen = {id(m) for m in modules}
+    while modules:
+        module = modules.pop()
+        for n in read:
+            if n in vars(module):
+                v = getattr(module, n)
+                values.append(v)
+                if inspect.ismodule(v) and id(v) not in seen:
+                    seen.add(id(v))
+                    modules.append(v)
     for cell in getattr(f, "__closure__", None) or ():
         try:
             values.append(cell.cell_contents)

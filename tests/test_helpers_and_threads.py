@@ -7,7 +7,7 @@ import pytest
 from numba import njit
 
 import enzpy
-from enzpy import Active, Const, Duplicated, Reverse, autodiff
+from enzpy import Active, Const, Duplicated, Forward, Reverse, autodiff
 
 
 @njit
@@ -220,6 +220,28 @@ def test_a_plain_function_reads_todays_module_attributes():
     params.S = 5.0
     assert enzpy.gradient(f, 0.7) == pytest.approx(5.0 * math.cos(0.7))
     assert enzpy.hvp(f, 0.7, 1.0) == pytest.approx(-5.0 * math.sin(0.7))
+
+
+def test_a_plain_function_reads_globals_of_nested_code_and_deeper_attributes():
+    # before: a global read in a comprehension or an inner function, and cfg.sub.K,
+    # were not compared: after they changed from 2 to 5 the derivative stayed 2 * x
+    import types
+    cfg = types.ModuleType("cfg")
+    cfg.sub = types.ModuleType("cfg.sub")
+    cfg.sub.K = 2.0
+    namespace = {"cfg": cfg, "A": 2.0}
+    exec("def in_comprehension(x):\n    return sum([A * x * x for _ in range(1)])\n"
+         "def in_inner_function(x):\n    def inner(y):\n        return A * y\n"
+         "    return inner(x) * x\n"
+         "def two_attributes_deep(x):\n    return cfg.sub.K * x * x\n", namespace)
+    functions = [namespace[name] for name in
+                 ("in_comprehension", "in_inner_function", "two_attributes_deep")]
+    for f in functions:
+        assert enzpy.gradient(f, 0.5) == pytest.approx(2.0)
+    namespace["A"] = cfg.sub.K = 5.0
+    for f in functions:
+        assert enzpy.gradient(f, 0.5) == pytest.approx(5.0), f.__name__
+        assert autodiff(Forward, f, Duplicated(0.5, 1.0))[0] == pytest.approx(5.0)
 
 
 @njit
