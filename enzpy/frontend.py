@@ -349,8 +349,10 @@ def _check_cached_frozen_values(dispatcher, argtypes, compiled, cres):
     then = _annotated_values(compiled.type_annotation)
     now = _annotated_values(str(cres.type_annotation))
     for key, text in then.items():
-        # (an object's text, a module's say, names where it lives, not a value)
-        if key in now and now[key] != text and not _ADDRESS.search(text + now[key]) \
+        # (an object's text, a module's say, names where it lives, not a value;
+        # a function's names it, at an address of that process: ``ACT`` chosen at
+        # import between two functions differs by name)
+        if key in now and _ADDRESS.sub("0x", now[key]) != _ADDRESS.sub("0x", text) \
                 and not text.startswith("<"):
             _refuse_frozen(dispatcher, *key, f"was {_short_repr(text)}; it is now "
                            f"{_short_repr(now[key])}")

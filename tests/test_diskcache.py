@@ -1055,6 +1055,24 @@ BIG = np.ones(3000)                         # (its text is summarized: its bytes
 BIG[1500] = float(os.environ["BIG"])
 
 
+@njit
+def square(x):
+    return x * x
+
+
+@njit
+def expo(x):
+    return math.exp(x)
+
+
+ACT = square if os.environ["ACT"] == "square" else expo     # (a function chosen at import)
+
+
+@njit(cache=True)
+def activated(x):
+    return ACT(x) + 1.0
+
+
 @njit(cache=True)
 def scaled(x):
     return K * math.sin(x)
@@ -1083,7 +1101,7 @@ def calls_scaled(x):
 results = {}
 for name, f, args in (("scaled", scaled, ()), ("indexed", indexed, (3,)),
                       ("folded", folded, ()), ("middle", middle, (1500,)),
-                      ("calls_scaled", calls_scaled, ())):
+                      ("calls_scaled", calls_scaled, ()), ("activated", activated, ())):
     try:
         ((d, *_),) = autodiff(Reverse, f, Active(0.7), *map(Const, args))
         results[name] = [f(0.7, *args), d]
@@ -1101,9 +1119,9 @@ def test_numba_cache_compiled_with_other_global_values_is_refused(tmp_path):
     the text of its type annotation, arrays by their bytes in its machine code."""
     (tmp_path / "model.py").write_text(CACHED_GLOBALS)
 
-    def run(K=1, SMALL=1, BIG=1):
+    def run(K=1, SMALL=1, BIG=1, ACT="square"):
         env = dict(os.environ, ENZPY_CACHE_DIR=str(tmp_path / "cache"), K=str(K),
-                   SMALL=str(SMALL), BIG=str(BIG))
+                   SMALL=str(SMALL), BIG=str(BIG), ACT=ACT)
         done = subprocess.run([sys.executable, str(tmp_path / "model.py")], env=env,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
@@ -1114,13 +1132,16 @@ def test_numba_cache_compiled_with_other_global_values_is_refused(tmp_path):
     assert first == pytest.approx({"scaled": [math.sin(0.7), c], "indexed": [3 * math.sin(0.7), 3 * c],
                                    "folded": [3 * math.sin(0.7), 3 * c],
                                    "middle": [math.sin(0.7), c],
-                                   "calls_scaled": [2 * math.sin(0.7), 2 * c]}, rel=1e-12)
+                                   "calls_scaled": [2 * math.sin(0.7), 2 * c],
+                                   "activated": [1.49, 1.4]}, rel=1e-12)
     assert run() == pytest.approx(first, rel=1e-12)           # the same values: loaded
-    changed = run(K=3, SMALL=2, BIG=5)
-    for name in ("scaled", "indexed", "folded", "middle", "calls_scaled"):
+    changed = run(K=3, SMALL=2, BIG=5, ACT="expo")
+    for name in ("scaled", "indexed", "folded", "middle", "calls_scaled", "activated"):
         assert "recompile()" in changed[name], (name, changed[name])
     assert "'K' was '1.0'; it is now '3.0'" in changed["scaled"]
     assert "global 'BIG' held other values" in changed["middle"]
+    # (before: the derivative of exp, 2.01, where f runs square)
+    assert "'ACT' was 'CPUDispatcher(<function square" in changed["activated"]
     assert run() == pytest.approx(first, rel=1e-12)
 
 
