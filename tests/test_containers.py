@@ -630,6 +630,77 @@ def test_structured_array_of_subarray_and_nested_record_fields():
         assert t == pytest.approx(want)
 
 
+_PAIR = np.dtype([("b", np.float64), ("c", np.float64)])
+_MIXED = np.dtype([("b", np.float32), ("n", np.int64)])
+
+
+@njit
+def _record_assigned(s):
+    s[0] = s[2]
+    return s[0].b * s[0].b + s[1].b
+
+
+@njit
+def _records_copied_in_a_loop(s):
+    t = np.empty_like(s)
+    for i in range(s.size):
+        t[i] = s[i]
+    return (t.b * t.b).sum()
+
+
+@njit
+def _records_swapped(s):
+    tmp = s[1]
+    s[1] = s[0]
+    s[0] = tmp
+    return s[0].b * 3.0 + s[1].b
+
+
+@njit
+def _record_copied_field_by_field(s):
+    t = np.empty_like(s)
+    for i in range(s.size):
+        t[i].b = s[i].b
+        t[i].c = s[i].c
+    return (t.b * t.b).sum() + t[2].c
+
+
+@njit
+def _records_of_a_const_array_copied(x, s):
+    t = np.empty_like(s)
+    for i in range(s.size):
+        t[i] = s[i]             # (no derivative moves: s has no shadow)
+    return x * t[0].b
+
+
+@pytest.mark.parametrize("f", [_record_assigned, _records_copied_in_a_loop, _records_swapped])
+@pytest.mark.parametrize("dtype", [_PAIR, _MIXED])
+def test_whole_record_copies_are_refused_not_differentiated(f, dtype):
+    # before: Numba copies a record as bytes, which carried no derivative: f's
+    # gradient came out [9, 1, 0] for [0, 1, 6] (forward 19 for 7), a copy
+    # loop's zero
+    s = np.zeros(3, dtype)
+    s["b"] = [1.0, 2.0, 3.0]
+    for mode in (Reverse, Forward):
+        with pytest.raises(UnsupportedError, match="assign its fields one by one"):
+            autodiff(mode, f, Duplicated(s.copy(), np.zeros_like(s)))
+
+
+def test_records_copied_field_by_field_or_from_a_const_array():
+    s = np.zeros(3, _PAIR)
+    s["b"], s["c"] = [1.0, 2.0, 3.0], [4.0, 5.0, 6.0]
+    ds = np.zeros_like(s)
+    autodiff(Reverse, _record_copied_field_by_field, Duplicated(s.copy(), ds))
+    np.testing.assert_allclose(ds["b"], [2.0, 4.0, 6.0])
+    np.testing.assert_allclose(ds["c"], [0.0, 0.0, 1.0])
+    tangent = np.zeros_like(s)
+    tangent["b"], tangent["c"] = 1.0, 1.0
+    (t,) = autodiff(Forward, _record_copied_field_by_field, Duplicated(s.copy(), tangent))
+    assert t == pytest.approx(13.0)
+    assert autodiff(Reverse, _records_of_a_const_array_copied, Active(2.0), Const(s)) == \
+        ((1.0, None),)
+
+
 def test_typed_containers_are_refused_by_name():
     values = numba.typed.List([1.0, 2.0])
     with pytest.raises(TypeError, match="numba.typed.List"):
