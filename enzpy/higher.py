@@ -134,8 +134,8 @@ def jacobian(g, x, *args):
 
     def keep(last):
         for mine, theirs in zip(last, values):
-            if isinstance(theirs, np.ndarray):
-                theirs[...] = mine
+            if isinstance(theirs, np.ndarray) and theirs.flags.writeable:
+                theirs[...] = mine          # (g cannot write a read-only array)
 
     last = ()
     if writes_out and isinstance(x, np.ndarray) and consts[-1].size < x.size:
@@ -159,6 +159,9 @@ def jacobian(g, x, *args):
             columns.append(dout)
         else:
             (tangent,) = autodiff(Forward, disp, Duplicated(x_pass, direction), *consts_pass)
+            if not isinstance(x, np.ndarray) and not isinstance(tangent, np.ndarray):
+                keep(last)
+                return tangent          # (a float, as gradient's)
             columns.append(np.asarray(tangent))
     keep(last)
     if not isinstance(x, np.ndarray):
@@ -174,16 +177,19 @@ def _jacobian_by_rows(disp, x, consts, out):
     """Reverse mode: row i of the Jacobian is the pullback of unit vector e_i."""
     _, pullback = vjp(disp, x, *[Const(c) for c in consts])
     if not isinstance(out, np.ndarray):
-        return pullback(type(out)(1.0))[0]
+        row = pullback(type(out)(1.0))[0]
+        # (of the result's dtype, as forward mode's columns are)
+        return row.astype(np.result_type(out), copy=False) if isinstance(row, np.ndarray) \
+            else row
     return _stacked_rows([np.asarray(pullback(e)[0]).ravel() for e in _basis(out)], out, x)
 
 
 def _stacked_rows(rows, out, x):
-    """The Jacobian of ``out`` with respect to ``x`` from its rows (flat); zeros
-    of ``out``'s dtype for an empty ``out``."""
+    """The Jacobian of ``out`` with respect to ``x`` from its rows (flat), of
+    ``out``'s dtype (as forward mode's columns are)."""
     if not rows:
         return np.zeros(out.shape + np.shape(x), dtype=out.dtype)
-    return np.stack(rows).reshape(out.shape + np.shape(x))
+    return np.stack(rows).reshape(out.shape + np.shape(x)).astype(out.dtype, copy=False)
 
 
 def _jacobian_of_writes_by_rows(disp, initial):
@@ -198,8 +204,7 @@ def _jacobian_of_writes_by_rows(disp, initial):
         autodiff(Reverse, disp, Duplicated(last[0], dx), *last[1:-1],
                  Duplicated(last[-1], seed))
         rows.append(dx.ravel())
-    # (of out's dtype, as forward mode's columns are)
-    return _stacked_rows(rows, out, x).astype(out.dtype, copy=False), last
+    return _stacked_rows(rows, out, x), last
 
 
 def _basis(x):

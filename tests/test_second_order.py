@@ -651,7 +651,46 @@ def test_jacobian_of_scalar_function_is_the_gradient():
 
 def test_jacobian_of_scalar_function_of_scalar():
     J = jacobian(scalar_fn, 0.7, 1.3, 4)
-    assert float(J) == pytest.approx(float(grad(scalar_fn, 0.7, 1.3, 4)), rel=1e-14)
+    assert type(J) is float         # (was a 0-d array; gradient and hessian give floats)
+    assert J == pytest.approx(grad(scalar_fn, 0.7, 1.3, 4), rel=1e-14)
+
+
+@njit
+def _tanh_field(x, A):
+    return np.tanh(A @ x)
+
+
+def test_jacobian_of_read_only_arrays():
+    # before: "assignment destination is read-only" (the values were copied back)
+    x = np.array([0.1, 0.2, 0.3])
+    A = np.arange(6.0).reshape(2, 3) / 10
+    want = (1 - np.tanh(A @ x) ** 2)[:, None] * A
+    for x_read_only in (False, True):
+        x_in, A_in = x.copy(), A.copy()
+        (x_in if x_read_only else A_in).flags.writeable = False
+        np.testing.assert_allclose(jacobian(_tanh_field, x_in, A_in), want, rtol=1e-14)
+
+
+@njit
+def _widened_prefix(x):
+    return x.astype(np.float64)[:2] * 2.0
+
+
+@njit
+def _widened_twice(x):
+    return np.concatenate((x.astype(np.float64), x.astype(np.float64)))
+
+
+@njit
+def _widened_sum(x):
+    return (x.astype(np.float64) ** 2).sum()
+
+
+def test_jacobian_has_the_results_dtype_in_either_mode():
+    # before: float32 by rows (reverse mode), float64 by columns (forward mode)
+    x = np.ones(3, np.float32)
+    for f in (_widened_prefix, _widened_twice, _widened_sum):
+        assert jacobian(f, x).dtype == np.float64, f
 
 
 @njit
