@@ -150,7 +150,7 @@ def generate(entry, mode, args, annotations, stats, float_tangents):
         grads = ["None"] * len(args)
         for k, pos in enumerate(entry.active_positions):
             grads[pos] = f"out[{k}]"
-        result = f"({', '.join(grads)},)"
+        result = f"({''.join(g + ', ' for g in grads)})"
         k = len(entry.active_positions)
         lines.append(f"    return ({result}, out[{k}])" if mode.with_primal else
                      f"    return ({result},)")

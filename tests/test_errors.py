@@ -8,8 +8,8 @@ import pytest
 from numba import njit
 
 import enzpy
-from enzpy import (Active, Const, Reverse, ReverseWithPrimal, UnsupportedError, autodiff,
-                   cache_info)
+from enzpy import (Active, Const, Forward, Reverse, ReverseWithPrimal, UnsupportedError,
+                   autodiff, cache_info)
 
 
 @njit
@@ -61,6 +61,22 @@ def test_too_many_arguments():
 def test_no_arguments():
     with pytest.raises(TypeError):
         autodiff(Reverse, sq)
+
+
+_WEIGHTS = np.array([1.0, 2.0])
+
+
+@njit
+def _of_globals_only():
+    return (_WEIGHTS ** 2).sum()
+
+
+def test_function_of_no_arguments():
+    # before: a SyntaxError from the fast path's generated code in reverse mode
+    for _ in range(2):              # (the second call takes the fast path)
+        assert autodiff(Reverse, _of_globals_only) == ((),)
+        assert autodiff(ReverseWithPrimal, _of_globals_only) == ((), 5.0)
+        assert autodiff(Forward, _of_globals_only) == (0.0,)
 
 
 def test_wrong_arity_plain_python_function():
