@@ -997,6 +997,11 @@ def _random_like(value, rng):
     return value
 
 
+def _like(value, wide):
+    """``wide`` (a float64 array) as a scalar where ``value`` is one."""
+    return wide if isinstance(value, np.ndarray) else float(wide)
+
+
 def _inner(a, b):
     return float(sum(np.sum(x * y) for x, y in zip(_leaves_of(a), _leaves_of(b))))
 
@@ -1027,8 +1032,12 @@ def check_rule(f, *args, step=1e-6, seed=0) -> RuleCheck:
     def directional(tangents, i=None):
         """d/dh f(args + h tangents) by central differences."""
         h = step * max(1.0, max(float(np.max(np.abs(values[j]), initial=0.0)) for j in diff))
-        trial_up = [v + h * t if j in diff else v for j, (v, t) in enumerate(zip(values, tangents))]
-        trial_dn = [v - h * t if j in diff else v for j, (v, t) in enumerate(zip(values, tangents))]
+        # (in float64: a float32 point moved by h is rounding noise)
+        wide = [np.asarray(v, dtype=np.float64) if j in diff else v for j, v in enumerate(values)]
+        trial_up = [_like(v, w + h * np.asarray(t, dtype=np.float64)) if j in diff else v
+                    for j, (v, w, t) in enumerate(zip(values, wide, tangents))]
+        trial_dn = [_like(v, w - h * np.asarray(t, dtype=np.float64)) if j in diff else v
+                    for j, (v, w, t) in enumerate(zip(values, wide, tangents))]
         up, dn = f(*trial_up), f(*trial_dn)
         return tuple_map(lambda a, b: (np.asarray(a) - np.asarray(b)) / (2 * h), up, dn)
 
