@@ -1032,13 +1032,12 @@ def check_rule(f, *args, step=1e-6, seed=0) -> RuleCheck:
     def directional(tangents, i=None):
         """d/dh f(args + h tangents) by central differences."""
         h = step * max(1.0, max(float(np.max(np.abs(values[j]), initial=0.0)) for j in diff))
-        # (in float64: a float32 point moved by h is rounding noise)
-        wide = [np.asarray(v, dtype=np.float64) if j in diff else v for j, v in enumerate(values)]
-        trial_up = [_like(v, w + h * np.asarray(t, dtype=np.float64)) if j in diff else v
-                    for j, (v, w, t) in enumerate(zip(values, wide, tangents))]
-        trial_dn = [_like(v, w - h * np.asarray(t, dtype=np.float64)) if j in diff else v
-                    for j, (v, w, t) in enumerate(zip(values, wide, tangents))]
-        up, dn = f(*trial_up), f(*trial_dn)
+        def moved(step):
+            # (in float64: a float32 point moved by h is rounding noise)
+            return [_like(v, np.asarray(v, dtype=np.float64) + step * np.asarray(t, np.float64))
+                    if j in diff else v for j, (v, t) in enumerate(zip(values, tangents))]
+
+        up, dn = f(*moved(h)), f(*moved(-h))
         return tuple_map(lambda a, b: (np.asarray(a) - np.asarray(b)) / (2 * h), up, dn)
 
     errors = {}
