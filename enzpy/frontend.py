@@ -854,8 +854,44 @@ _BLOCK_LABELS = re.compile(r'^"?([-\w.$]+)"?:', re.M)
 def _prepared(text: str, lowered, differentiated) -> tuple:
     """Numba's raw IR ``text`` made ready to link into the module differentiated:
     ``_hoist_tuple_item_slots``, ``_inlinable``, ``_refuse_caught_exceptions``."""
+    _refuse_record_copies(text, lowered, differentiated)
     return _refuse_caught_exceptions(_inlinable(_hoist_tuple_item_slots(text)), lowered,
                                      differentiated)
+
+
+# Numba's store of a whole record (a structured array's element: ``t[i] = s[j]``),
+# whose data model is bytes.
+_RECORD_STORE = re.compile(r"^\s*store \[\d+ x i8\] ", re.M)
+
+
+def _refuse_record_copies(text: str, lowered, differentiated):
+    """Refuse a whole record stored in the functions of ``text`` that
+    ``differentiated(symbol)`` accepts: its bytes (SROA splits them into
+    ``i8`` loads and stores) cannot carry the derivatives of the floats they
+    hold, so the shadow would keep stale adjoints or get the primal's bytes."""
+    if not _RECORD_STORE.search(text):
+        return
+    for part in re.split(r"(?m)^(?=define )", text):
+        found = _RECORD_STORE.search(part)
+        if found is None or not part.startswith("define "):
+            continue
+        symbol = re.match(r'define [^@]*@"?([^"(]+)"?\(', part).group(1)
+        if not differentiated(symbol):
+            continue
+        low = lowered(symbol)
+        if low is None and dispatcher_of(symbol) is not None:
+            low = Lowered(*dispatcher_of(symbol))
+        name = low.name if low is not None else demangle(symbol)
+        labels = _BLOCK_LABELS.findall(part, 0, found.start())
+        block = re.match(r"B\d+", labels[-1]) if labels else None
+        line = (low.source_lines() if low is not None else {}).get(
+            block.group(0) if block else None)
+        where = f" (near line {line})" if line is not None else ""
+        raise UnsupportedError(
+            f"function '{name}'{where} assigns a structured array's element whole (`t[i] = "
+            f"s[j]`, `t[:] = s`): Numba copies it as bytes, which cannot carry the "
+            f"derivatives of its float fields; assign its fields one by one (or copy the "
+            f"whole array with .copy())")
 
 
 def _refuse_caught_exceptions(text: str, lowered, differentiated) -> tuple:

@@ -71,7 +71,6 @@ class DerivativeGenerator:
                         f"{self._where(ins, self._argument_name(ins.operands[1]))}"
                         f"{self._const_advice(ins.operands[1])}")
                 self._check_shadow_kept(ins)
-                self.check_byte_copy(ins)
                 if ins.callee == VARSIZE_FREE and self.act.is_shadowed(ins.args[0]) and \
                         self._copied_type(ins) is not None:
                     raise UnsupportedError(

@@ -527,45 +527,6 @@ class ShadowMemory:
             raise UnsupportedError(f"cannot tell what `{ins.text}` copies{self._where(ins)}")
         return None
 
-    def check_byte_copy(self, ins):
-        """Refuse a byte copied from memory with a shadow into memory with a
-        shadow, unless both are known to hold integers only: Numba assigns a
-        structured array's element (``t[i] = s[j]``) as bytes (``[N x i8]``),
-        and the bytes of a float carry no derivative of their own (its shadow's
-        would have to move, or in reverse be added, with them)."""
-        if ins.opcode != "store" or ins.operands[0].type != "i8" or \
-                not self.act.is_shadowed(ins.operands[1]):
-            return
-        sources = self._shadowed_loads_of(ins.operands[0], set())
-        if sources and not all(self._holds_ints_only(p) for p in [*sources, ins.operands[1]]):
-            raise UnsupportedError(
-                f"bytes copied between memory that may hold floats (`{ins.text}`: Numba "
-                f"assigns a structured array's element, `t[i] = s[j]`, as bytes)"
-                f"{self._where(ins)}; assign its fields one by one")
-
-    def _shadowed_loads_of(self, v: Value, seen: set) -> list:
-        """The addresses with a shadow that the value ``v`` is loaded from
-        (through phis and selects)."""
-        if v.kind != "inst" or v.name in seen:
-            return []
-        seen.add(v.name)
-        ins = self.fn.defs[v.name]
-        if ins.opcode == "load":
-            return [ins.operands[0]] if self.act.is_shadowed(ins.operands[0]) else []
-        if ins.opcode in ("phi", "select"):
-            ops = [o for o, _ in ins.incoming] if ins.opcode == "phi" else ins.operands[1:]
-            return [p for o in ops for p in self._shadowed_loads_of(o, seen)]
-        return []
-
-    def _holds_ints_only(self, ptr: Value) -> bool:
-        kind, name, ins = self._root(ptr)
-        if kind == "arg":
-            index = [a.name for a in self.fn.args].index(name)
-            return self.builder.data_pointer_type(self.fn.name, index) == "int"
-        if ins is not None and ins.opcode == "alloca":
-            return all(_scalar_kind(t) == "int" for t in _leaf_types(ins.source_type))
-        return False
-
     def _merged_roots(self, roots) -> set:
         """``roots`` with the roots of what each phi or select among them picks
         from (a pointer that is null or an allocation on different paths, as a
