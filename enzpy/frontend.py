@@ -860,8 +860,22 @@ def _prepared(text: str, lowered, differentiated) -> tuple:
 
 
 # Numba's store of a whole record (a structured array's element: ``t[i] = s[j]``),
-# whose data model is bytes.
-_RECORD_STORE = re.compile(r"^\s*store \[\d+ x i8\] ", re.M)
+# whose data model is bytes, loaded from another record: ``[N x i8]`` values that
+# a local variable holds (a tuple of int8 or of booleans) are loaded from stack
+# slots or built from their items (insertvalue).
+_BYTES_STORE = re.compile(r'^\s*store \[\d+ x i8\] (%"?[-\w.$]+"?), ', re.M)
+
+
+def _record_copy(part: str):
+    """The first whole-record store of one function's text, or None."""
+    for store in _BYTES_STORE.finditer(part):
+        value = store.group(1)
+        loaded = re.search(r"^\s*" + re.escape(value) + r" = load \[\d+ x i8\], "
+                           r'(?:\[\d+ x i8\]\*|ptr) (%"?[-\w.$]+"?)', part, re.M)
+        if loaded and not re.search(r"^\s*" + re.escape(loaded.group(1)) + r" = alloca ",
+                                    part, re.M):
+            return store
+    return None
 
 
 def _refuse_record_copies(text: str, lowered, differentiated):
@@ -869,11 +883,11 @@ def _refuse_record_copies(text: str, lowered, differentiated):
     ``differentiated(symbol)`` accepts: its bytes (SROA splits them into
     ``i8`` loads and stores) cannot carry the derivatives of the floats they
     hold, so the shadow would keep stale adjoints or get the primal's bytes."""
-    if not _RECORD_STORE.search(text):
+    if not _BYTES_STORE.search(text):
         return
     for part in re.split(r"(?m)^(?=define )", text):
-        found = _RECORD_STORE.search(part)
-        if found is None or not part.startswith("define "):
+        found = _record_copy(part) if part.startswith("define ") else None
+        if found is None:
             continue
         symbol = re.match(r'define [^@]*@"?([^"(]+)"?\(', part).group(1)
         if not differentiated(symbol):

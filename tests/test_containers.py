@@ -699,6 +699,35 @@ def test_whole_record_copies_are_refused_not_differentiated(f, dtype):
 
 
 @njit
+def _int8_tuple_copied(x, a, b):
+    t = (np.int8(a), np.int8(b))
+    u = t
+    total = 0.0
+    for k in u:
+        total += x * k
+    return total
+
+
+@njit
+def _bool_tuples_in_a_list(x):
+    flags = (x > 0, x > 1)
+    total = 0.0
+    for f in [flags, flags]:
+        if f[0]:
+            total += x
+        if f[1]:
+            total += x * x
+    return total
+
+
+def test_byte_tuples_are_not_taken_for_records():
+    # (a refusal of bytes copied, tried first, refused these: they hold no float)
+    assert autodiff(Reverse, _int8_tuple_copied, Active(1.5), 2, 3) == ((5.0, None, None),)
+    assert autodiff(Reverse, _bool_tuples_in_a_list, Active(1.5)) == ((8.0,),)
+    assert autodiff(Forward, _bool_tuples_in_a_list, Duplicated(1.5, 1.0)) == (8.0,)
+
+
+@njit
 def _record_copied_field_by_field(s):
     t = np.empty_like(s)
     for i in range(s.size):
