@@ -859,6 +859,27 @@ def _prepared(text: str, lowered, differentiated) -> tuple:
                                      differentiated)
 
 
+def _name_and_lines(symbol, lowered) -> tuple:
+    """The name of the function ``symbol`` for messages, and its source line
+    per Numba block (empty where unknown); ``lowered(symbol)``: its ``Lowered``
+    or None."""
+    low = lowered(symbol)
+    if low is None and dispatcher_of(symbol) is not None:
+        low = Lowered(*dispatcher_of(symbol))
+    if low is None:
+        return demangle(symbol), {}
+    return low.name, low.source_lines()
+
+
+def _near_line(part, position, lines) -> str:
+    """`` (near line N)`` for the Numba block of ``part`` (one function's
+    text) that ``position`` is in, or ''."""
+    labels = _BLOCK_LABELS.findall(part, 0, position)
+    block = re.match(r"B\d+", labels[-1]) if labels else None
+    line = lines.get(block.group(0)) if block else None
+    return f" (near line {line})" if line is not None else ""
+
+
 # Numba's store of a whole record (a structured array's element: ``t[i] = s[j]``),
 # whose data model is bytes, loaded from another record: ``[N x i8]`` values that
 # a local variable holds (a tuple of int8 or of booleans) are loaded from stack
@@ -892,15 +913,8 @@ def _refuse_record_copies(text: str, lowered, differentiated):
         symbol = re.match(r'define [^@]*@"?([^"(]+)"?\(', part).group(1)
         if not differentiated(symbol):
             continue
-        low = lowered(symbol)
-        if low is None and dispatcher_of(symbol) is not None:
-            low = Lowered(*dispatcher_of(symbol))
-        name = low.name if low is not None else demangle(symbol)
-        labels = _BLOCK_LABELS.findall(part, 0, found.start())
-        block = re.match(r"B\d+", labels[-1]) if labels else None
-        line = (low.source_lines() if low is not None else {}).get(
-            block.group(0) if block else None)
-        where = f" (near line {line})" if line is not None else ""
+        name, lines = _name_and_lines(symbol, lowered)
+        where = _near_line(part, found.start(), lines)
         raise UnsupportedError(
             f"function '{name}'{where} assigns a structured array's element whole (`t[i] = "
             f"s[j]`, `t[:] = s`): Numba copies it as bytes, which cannot carry the "
@@ -929,11 +943,7 @@ def _refuse_caught_exceptions(text: str, lowered, differentiated) -> tuple:
         if not differentiated(symbol):
             skipped.add(symbol)
             continue
-        low = lowered(symbol)
-        if low is None and dispatcher_of(symbol) is not None:
-            low = Lowered(*dispatcher_of(symbol))
-        name = low.name if low is not None else demangle(symbol)
-        lines = low.source_lines() if low is not None else {}
+        name, lines = _name_and_lines(symbol, lowered)
         sites = list(_PROPAGATE_IN_TRY.finditer(part))
         if len(sites) != len(_CALL_WITH_EXCINFO.findall(part)):
             raise UnsupportedError(
@@ -941,10 +951,7 @@ def _refuse_caught_exceptions(text: str, lowered, differentiated) -> tuple:
                 f"propagates exceptions there, so it cannot tell a caught exception apart")
         out, end = [], 0
         for n, m in enumerate(sites):
-            labels = _BLOCK_LABELS.findall(part, 0, m.start())
-            block = re.match(r"B\d+", labels[-1]) if labels else None
-            line = lines.get(block.group(0)) if block else None
-            where = f" (near line {line})" if line is not None else ""
+            where = _near_line(part, m.start(), lines)
             exc, definition = static_exception(UnsupportedError, (
                 f"an exception raised by a call inside the try block of '{name}'{where} was "
                 f"caught: enzpy differentiates runs in which no exception is caught (the "
