@@ -159,18 +159,15 @@ def jacobian(g, x, *args):
             columns.append(dout)
         else:
             (tangent,) = autodiff(Forward, disp, Duplicated(x_pass, direction), *consts_pass)
-            if not isinstance(x, np.ndarray) and not isinstance(tangent, np.ndarray):
-                keep(last)
-                return tangent          # (a float, as gradient's)
-            columns.append(np.asarray(tangent))
+            columns.append(tangent)
     keep(last)
     if not isinstance(x, np.ndarray):
-        return columns[0]
+        return columns[0]               # (a float for a float result, as gradient's)
     if not columns:                     # an empty x
         result = consts[-1] if writes_out else out
         return np.zeros(np.shape(result) + x.shape, dtype=x.dtype)
-    jac = np.stack([c.ravel() for c in columns], axis=-1)
-    return jac.reshape(columns[0].shape + x.shape)
+    jac = np.stack([np.ravel(c) for c in columns], axis=-1)
+    return jac.reshape(np.shape(columns[0]) + x.shape)
 
 
 def _jacobian_by_rows(disp, x, consts, out):
