@@ -849,6 +849,8 @@ _PROPAGATE_IN_TRY = re.compile(
     r'(?P<i3>\s*)br i1 (?P=d), label (?P<ret>%\S+), label %\S+')
 _CALL_WITH_EXCINFO = re.compile(r'call i32 @[^\n]*%"excinfo\.\d+"')
 _BLOCK_LABELS = re.compile(r'^"?([-\w.$]+)"?:', re.M)
+# The symbol a function's text (starting at its ``define``) defines.
+_DEFINED = re.compile(r'define [^@]*@"?([^"(]+)"?\(')
 
 
 def _prepared(text: str, lowered, differentiated) -> tuple:
@@ -910,7 +912,7 @@ def _refuse_record_copies(text: str, lowered, differentiated):
         found = _record_copy(part) if part.startswith("define ") else None
         if found is None:
             continue
-        symbol = re.match(r'define [^@]*@"?([^"(]+)"?\(', part).group(1)
+        symbol = _DEFINED.match(part).group(1)
         if not differentiated(symbol):
             continue
         name, lines = _name_and_lines(symbol, lowered)
@@ -939,7 +941,7 @@ def _refuse_caught_exceptions(text: str, lowered, differentiated) -> tuple:
     for k, part in enumerate(parts):
         if not _TRY_ENTERED.search(part):
             continue
-        symbol = re.match(r'define [^@]*@"?([^"(]+)"?\(', part).group(1)
+        symbol = _DEFINED.match(part).group(1)
         if not differentiated(symbol):
             skipped.add(symbol)
             continue
