@@ -369,6 +369,44 @@ def _kind(ty):
     return "other"
 
 
+_NO_DERIVATIVE = (types.Integer, types.Boolean, types.NoneType, types.Omitted, types.UnicodeType,
+                  types.CharSeq, types.UnicodeCharSeq, types.NPDatetime, types.NPTimedelta,
+                  types.DType, types.NumberClass)
+
+
+def _carries_no_derivative(ty) -> bool:
+    """Whether a value of type ``ty`` provably holds no float: integers,
+    strings, dtypes, integer arrays, containers of them. The glue passes such an
+    argument ('other') on as it is, with no shadow."""
+    if isinstance(ty, types.BaseTuple):
+        return all(map(_carries_no_derivative, ty))
+    if isinstance(ty, (types.Array, types.List)):
+        return _carries_no_derivative(ty.dtype)
+    return isinstance(ty, _NO_DERIVATIVE)
+
+
+def _check_arguments(spec, argtypes):
+    """A rule's glue passes floats and float arrays with their shadows or
+    tangents, and anything else as it is: a container holding floats would
+    lose their derivatives."""
+    for i, ty in enumerate(argtypes):
+        if _kind(ty) == "other" and not _carries_no_derivative(ty):
+            raise UnsupportedError(
+                f"{spec.name}: argument {i} is of type {ty}; a custom rule's arguments carry "
+                f"derivatives only as floats and float arrays (tuples, lists, objects and "
+                f"complex values would lose theirs): pass the arrays and floats of a container "
+                f"as arguments of their own")
+
+
+def _ownable(ty) -> bool:
+    """Residuals ``_owned`` can copy: floats, arrays, tuples and lists of them."""
+    if isinstance(ty, types.BaseTuple):
+        return all(map(_ownable, ty))
+    if isinstance(ty, types.List):
+        return _ownable(ty.dtype)
+    return isinstance(ty, (types.Array, types.Number, types.Boolean, types.NoneType))
+
+
 def _compile(source, namespace, name, argtypes, spec):
     """Compile the glue function ``name`` of ``source``. The glue of a built-in
     rule lives in a file of the cache folder, so Numba caches its machine code
@@ -415,6 +453,7 @@ def glue_for(symbol, mode) -> _Glue:
         glue = _glue.get(symbol)
         if glue is None:
             spec, disp, argtypes = rule_of(symbol)
+            _check_arguments(spec, argtypes)
             restype = disp.overloads[tuple(argtypes)].signature.return_type
             glue = _glue[symbol] = _new_glue(spec, tuple(argtypes), restype)
         return glue.compile_for(mode)
@@ -480,6 +519,8 @@ def _ol_owned(x):
         return lambda x: x.copy()
     if isinstance(x, types.BaseTuple):
         return _tuple_impl("_owned", len(x), "x")
+    if isinstance(x, types.List):
+        return lambda x: [_owned(item) for item in x]
     return lambda x: x
 
 
@@ -577,6 +618,10 @@ def _reverse_glue(glue):
     if not (isinstance(fwd_type, types.BaseTuple) and len(fwd_type) == 2):
         raise RuleError(f"{spec.name}: fwd must return (out, residuals), returns {fwd_type}")
     out_type, res_type = fwd_type
+    if not _ownable(res_type):
+        raise RuleError(f"{spec.name}: fwd's residuals are of type {res_type}; they may hold "
+                        f"floats, arrays, and tuples and lists of them (enzpy keeps copies: the "
+                        f"function may overwrite its arguments before the reverse sweep)")
     if not _differentiable_result(out_type) or types.unliteral(out_type) != glue.restype:
         raise RuleError(f"{spec.name}: fwd returns out of type {out_type}; the function "
                         f"returns {glue.restype}")
@@ -1027,6 +1072,14 @@ def check_rule(f, *args, step=1e-6, seed=0) -> RuleCheck:
     diff = [i for i, v in enumerate(values)
             if isinstance(v, (float, np.floating)) or
             (isinstance(v, np.ndarray) and v.dtype.kind == "f")]
+    for i, v in enumerate(values):
+        if i not in diff and not _carries_no_derivative(numba.typeof(v)):
+            raise TypeError(f"check_rule: argument {i} ({type(v).__name__}) holds floats; "
+                            f"check_rule differentiates float scalars and float arrays (as "
+                            f"rules do): pass a container's arrays as arguments of their own")
+    if not diff:
+        raise TypeError("check_rule: no float scalar or float array among the arguments to "
+                        "differentiate")
     out = f(*values)
 
     def directional(tangents, i=None):
