@@ -39,11 +39,16 @@ def _leaves(ty) -> list:
     if isinstance(ty, (types.Integer, types.Boolean, types.NoneType, types.Omitted)):
         return ["const"]
     if isinstance(ty, types.Array):
+        if _holds_complex(ty.dtype):
+            raise TypeError(f"{ty}: complex arrays are not differentiated (nor in a "
+                            f"container): pass the real and imaginary parts as float arrays, or "
+                            f"the array apart as Const")
         float_data = _holds_floats(ty.dtype)
         head = list(_ARRAY_HEAD) if float_data else ["const"] * 5
         return head + ["const"] * (2 * ty.ndim)
     if isinstance(ty, types.BaseTuple):
-        return [leaf for member in ty for leaf in _leaves(member)]
+        members = [_leaves(member) for member in ty]
+        return None if None in members else [leaf for leaves in members for leaf in leaves]
     if isinstance(ty, types.ClassInstanceType):
         return ["dup", "dup"]
     if isinstance(ty, types.List):
@@ -70,6 +75,16 @@ def _holds_floats(dtype) -> bool:
         return _holds_floats(dtype.dtype)
     if isinstance(dtype, types.Record):
         return any(_holds_floats(t) for _, t in dtype.members)
+    return False
+
+
+def _holds_complex(dtype) -> bool:
+    if isinstance(dtype, types.Complex):
+        return True
+    if isinstance(dtype, types.NestedArray):
+        return _holds_complex(dtype.dtype)
+    if isinstance(dtype, types.Record):
+        return any(_holds_complex(t) for _, t in dtype.members)
     return False
 
 
@@ -232,6 +247,9 @@ def zeros_like(obj, _shadows=None):
         return [zeros_like(v, shadows) for v in obj]
     fields = _object_fields(obj)
     if fields is not None:
+        if isinstance(_object_type(obj), types.StructRef):
+            raise TypeError(f"zeros_like: no shadow for a structref "
+                            f"({type(obj).__name__}): make one of its class with zero arrays")
         key = ("object", object_address(obj))     # (two Python boxes of one object: one key)
         if key not in shadows:
             shadows[key] = shadow = _blank_like(obj)
@@ -481,6 +499,11 @@ def _object_fields(obj):
     if isinstance(ty, types.ClassInstanceType):
         return list(ty.struct)
     if isinstance(ty, types.StructRef):
+        hidden = [name for name in ty.field_dict if not hasattr(type(obj), name)]
+        if hidden:          # (enzpy walks the fields to check shadows and find arrays)
+            raise TypeError(f"{type(obj).__name__}: a structref whose fields enzpy cannot "
+                            f"read from Python ({', '.join(hidden)}): give its proxy class a "
+                            f"property for each (structref.define_proxy does)")
         return list(ty.field_dict)
     return None
 

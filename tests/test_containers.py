@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from numba import literal_unroll, njit, types
 from numba.core.runtime import _nrt_python, rtsys
-from numba.experimental import jitclass
+from numba.experimental import jitclass, structref
 
 from enzpy import (Active, Const, Duplicated, Forward, Reverse, UnsupportedError, autodiff,
                    hvp, zeros_like)
@@ -1171,3 +1171,100 @@ def test_inside_njit_a_written_array_held_in_a_const_container_is_refused():
         with pytest.raises(ValueError, match="arguments 0 and 1 share memory"):
             caller(np.array([0.5, 2.0, 3.0]))
     assert _inside_with_a_copy(np.array([0.5, 2.0, 3.0])) == (0.0,)
+
+
+@njit
+def _complex_and_float_in_a_tuple(t):
+    z, w = t
+    return (z.real * z.real).sum() * w.sum()
+
+
+def test_a_complex_array_in_a_duplicated_tuple_is_refused():
+    # Found by review: its data was taken as memory without derivative (a zero
+    # gradient in both modes); alone, a complex array is refused likewise.
+    z, w = np.array([1 + 2j, 3 - 1j]), np.array([0.5, 0.25])
+    for mode, shadow in ((Reverse, (np.zeros(2, complex), np.zeros(2))),
+                         (Forward, (np.array([1 + 0j, 0j]), np.zeros(2)))):
+        with pytest.raises(TypeError, match=r"argument 0: array\(complex128, 1d, C\): complex "
+                                            r"arrays are not differentiated"):
+            autodiff(mode, _complex_and_float_in_a_tuple, Duplicated((z, w), shadow))
+    dw = np.zeros(2)      # as Const, beside the floats, it is read
+    (_, _), = autodiff(Reverse, njit(lambda z, w: _complex_and_float_in_a_tuple((z, w))),
+                       Const(z), Duplicated(w, dw))
+    np.testing.assert_allclose(dw, [10.0, 10.0])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: autodiff(Reverse, njit(lambda t: (t[0] * t[0]).real + t[1]), Active((1 + 2j, 3.0))),
+     r"Active does not support values of type Tuple\(complex128, float64\)"),
+    (lambda: autodiff(Forward, njit(lambda t: (t[0] * t[0]).real + t[1]),
+                      Duplicated((1 + 2j, 3.0), (1 + 0j, 0.0))),
+     r"Duplicated does not support values of type Tuple\(complex128, float64\)"),
+    (lambda: autodiff(Reverse, njit(lambda t: t[0].sum()),
+                      Duplicated((np.ones(2), "a"), (np.zeros(2), "a"))),
+     r"Duplicated does not support values of type Tuple\(array\(float64, 1d, C\), unicode"),
+])
+def test_tuples_holding_unsupported_values_are_named(call, message):
+    # Found by review: "'NoneType' object is not iterable".
+    with pytest.raises(TypeError, match=message):
+        call()
+
+
+@structref.register
+class _PointType(numba.types.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(ty)) for name, ty in fields)
+
+
+class _Point(structref.StructRefProxy):
+    def __new__(cls, w, c):
+        return structref.StructRefProxy.__new__(cls, w, c)
+
+    w = property(lambda self: _point_w(self))
+    c = property(lambda self: _point_c(self))
+
+
+@njit
+def _point_w(p):
+    return p.w
+
+
+@njit
+def _point_c(p):
+    return p.c
+
+
+structref.define_proxy(_Point, _PointType, ["w", "c"])
+
+
+class _Opaque(structref.StructRefProxy):
+    def __new__(cls, w):
+        return structref.StructRefProxy.__new__(cls, w)
+
+
+@structref.register
+class _OpaqueType(numba.types.StructRef):
+    pass
+
+
+structref.define_constructor(_Opaque, _OpaqueType, ["w"])
+structref.define_boxing(_OpaqueType, _Opaque)
+
+
+@njit
+def _point_energy(p):
+    return (p.w * p.w).sum() * p.c
+
+
+def test_structref_argument_with_its_shadow_and_zeros_like_refusing_one():
+    p = _Point(np.array([1.0, 2.0]), 3.0)
+    shadow = _Point(np.zeros(2), 0.0)
+    autodiff(Reverse, _point_energy, Duplicated(p, shadow))
+    np.testing.assert_allclose(shadow.w, [6.0, 12.0])
+    # Found by review: a KeyError from the jitclass-only path
+    with pytest.raises(TypeError, match=r"zeros_like: no shadow for a structref \(_Point\)"):
+        zeros_like(p)
+    opaque = _Opaque(np.ones(2))
+    with pytest.raises(TypeError, match=r"_Opaque: a structref whose fields enzpy cannot read "
+                                        r"from Python \(w\)"):
+        autodiff(Reverse, njit(lambda o: o.w.sum()), Duplicated(opaque, _Opaque(np.zeros(2))))
