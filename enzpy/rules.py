@@ -22,15 +22,18 @@ MINUS_ONE = "minus_one"
 
 
 class Rule:
-    def __init__(self, *partials):
+    def __init__(self, *partials, unbounded=False):
         self.partials = partials
+        # A partial that is infinite where the result is finite (sqrt at 0): forward
+        # mode keeps a zero tangent zero through it (see forward.py).
+        self.unbounded = unbounded
 
 
 RULES: dict = {}
 
 
-def rule(name, *partials):
-    RULES[name] = Rule(*partials)
+def rule(name, *partials, unbounded=False):
+    RULES[name] = Rule(*partials, unbounded=unbounded)
 
 
 def zero_derivative(*names, arity=1):
@@ -47,7 +50,8 @@ rule("fadd", lambda e, a, b, r: ONE, lambda e, a, b, r: ONE)
 rule("fsub", lambda e, a, b, r: ONE, lambda e, a, b, r: MINUS_ONE)
 rule("fneg", lambda e, a, r: MINUS_ONE)
 rule("fmul", lambda e, a, b, r: b, lambda e, a, b, r: a)
-rule("fdiv", lambda e, a, b, r: e.recip(b), lambda e, a, b, r: e.fneg(e.fdiv(r, b)))
+rule("fdiv", lambda e, a, b, r: e.recip(b), lambda e, a, b, r: e.fneg(e.fdiv(r, b)),
+     unbounded=True)
 # frem is C's fmod: a - b * trunc(a / b).
 rule("frem", lambda e, a, b, r: ONE, lambda e, a, b, r: e.fneg(e.trunc(e.fdiv(a, b))))
 
@@ -55,8 +59,10 @@ rule("frem", lambda e, a, b, r: ONE, lambda e, a, b, r: e.fneg(e.trunc(e.fdiv(a,
 rule("sin", lambda e, x, r: e.cos(x))
 rule("cos", lambda e, x, r: e.fneg(e.sin(x)))
 rule("tan", lambda e, x, r: e.fadd(e.const(1.0, x.type), e.square(r)))
-rule("asin", lambda e, x, r: _one_over_sqrt(e, e.fsub(e.const(1.0, x.type), e.square(x))))
-rule("acos", lambda e, x, r: e.fneg(_one_over_sqrt(e, e.fsub(e.const(1.0, x.type), e.square(x)))))
+rule("asin", lambda e, x, r: _one_over_sqrt(e, e.fsub(e.const(1.0, x.type), e.square(x))),
+     unbounded=True)
+rule("acos", lambda e, x, r: e.fneg(_one_over_sqrt(e, e.fsub(e.const(1.0, x.type), e.square(x)))),
+     unbounded=True)
 rule("atan", lambda e, x, r: e.recip(e.fadd(e.const(1.0, x.type), e.square(x))))
 rule("atan2",
      lambda e, y, x, r: e.fdiv(x, e.fadd(e.square(x), e.square(y))),
@@ -65,7 +71,8 @@ rule("sinh", lambda e, x, r: e.cosh(x))
 rule("cosh", lambda e, x, r: e.sinh(x))
 rule("tanh", lambda e, x, r: e.fsub(e.const(1.0, x.type), e.square(r)))
 rule("asinh", lambda e, x, r: _one_over_sqrt(e, e.fadd(e.square(x), e.const(1.0, x.type))))
-rule("acosh", lambda e, x, r: _one_over_sqrt(e, e.fsub(e.square(x), e.const(1.0, x.type))))
+rule("acosh", lambda e, x, r: _one_over_sqrt(e, e.fsub(e.square(x), e.const(1.0, x.type))),
+     unbounded=True)
 rule("atanh", lambda e, x, r: e.recip(e.fsub(e.const(1.0, x.type), e.square(x))))
 rule("exp", lambda e, x, r: r)
 rule("exp2", lambda e, x, r: e.scale(r, LN2))
@@ -74,8 +81,8 @@ rule("log", lambda e, x, r: e.recip(x))
 rule("log2", lambda e, x, r: e.recip(e.scale(x, LN2)))
 rule("log10", lambda e, x, r: e.recip(e.scale(x, LN10)))
 rule("log1p", lambda e, x, r: e.recip(e.fadd(x, e.const(1.0, x.type))))
-rule("sqrt", lambda e, x, r: e.fdiv(e.const(0.5, x.type), r))
-rule("cbrt", lambda e, x, r: e.fdiv(r, e.scale(x, 3.0)))
+rule("sqrt", lambda e, x, r: e.fdiv(e.const(0.5, x.type), r), unbounded=True)
+rule("cbrt", lambda e, x, r: e.fdiv(r, e.scale(x, 3.0)), unbounded=True)
 
 
 def _pow_exponent_partial(e, x, y, r):
@@ -97,7 +104,8 @@ def _power_partial(e, x, y):
     return e.select(origin, zero, partial)
 
 
-rule("pow", lambda e, x, y, r: _power_partial(e, x, y), _pow_exponent_partial)
+rule("pow", lambda e, x, y, r: _power_partial(e, x, y), _pow_exponent_partial,
+     unbounded=True)
 rule("powi", lambda e, x, n, r: _power_partial(e, x, e.cast("sitofp", n, x.type)), None)
 def _over_hypot(e, v, r):
     # v / r, and 0 at the origin (its kink: the subgradient 0, as for np.linalg.norm),

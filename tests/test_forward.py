@@ -1076,3 +1076,52 @@ def test_a_result_that_may_be_none_has_a_tangent():
     np.testing.assert_allclose(tangent, 2.0 * v)
     with pytest.raises(ValueError, match="returned None"):
         autodiff(Forward, doubled_or_none, Duplicated(a.copy(), v), Const(False))
+
+
+@njit
+def _sqrt_of_a_branch(x):
+    y = 0.0
+    if x > 1.0:
+        y = x - 1.0
+    return math.sqrt(y) + x
+
+
+@njit
+def _sqrt_iteration(x, n):
+    y = 0.0
+    for _ in range(n):
+        y = math.sqrt(y) + x
+    return y
+
+
+@njit
+def _cbrt_and_acos_of_constants(x, c):
+    y, z = 0.0, 1.0
+    if c > 0.0:
+        y, z = x, 0.5 * x
+    return np.cbrt(y) + math.acos(z) + x
+
+
+@pytest.mark.parametrize("f, args", [
+    (_sqrt_of_a_branch, (0.5,)), (_sqrt_of_a_branch, (1.7,)),
+    (_sqrt_iteration, (0.7, 0)), (_sqrt_iteration, (0.7, 1)), (_sqrt_iteration, (0.7, 5)),
+    (_cbrt_and_acos_of_constants, (0.6, -1.0)), (_cbrt_and_acos_of_constants, (0.6, 1.0)),
+])
+def test_a_constant_on_the_path_taken_keeps_a_zero_tangent_through_an_infinite_partial(f, args):
+    # Found by review: y = 0.0 (changed only in a branch not taken) had the tangent
+    # 0, and sqrt's partial 1/(2 sqrt(0)) made it nan in forward mode and hvp.
+    x, rest = args[0], args[1:]
+    h = 1e-6
+    want = (f(x + h, *rest) - f(x - h, *rest)) / (2 * h)
+    (grad, *_), = autodiff(Reverse, f, Active(x), *map(Const, rest))
+    tangent, = autodiff(Forward, f, Duplicated(x, 1.0), *map(Const, rest))
+    assert grad == pytest.approx(want, rel=1e-6)
+    assert tangent == pytest.approx(want, rel=1e-6)
+    curvature = enzpy.hvp(f, x, 1.0, *rest)
+    g = lambda z: autodiff(Reverse, f, Active(z), *map(Const, rest))[0][0]   # noqa: E731
+    assert curvature == pytest.approx((g(x + h) - g(x - h)) / (2 * h), rel=1e-5, abs=1e-8)
+
+
+def test_an_infinite_derivative_stays_infinite_in_forward_mode():
+    tangent, = autodiff(Forward, njit(lambda x: math.sqrt(x)), Duplicated(0.0, 1.0))
+    assert tangent == math.inf
