@@ -1076,6 +1076,86 @@ def untie_carried_selects(fn: Function):
         fn.__dict__.pop("users", None)
 
 
+# The side of zero a select keeps its identity operand off: ``select c, k, x`` keeps x
+# where c is false, ``select c, x, k`` where c is true (an unordered test is true at nan).
+_EXCLUDED_SIDE = {("olt", 2): "<", ("ogt", 2): ">", ("uge", 1): "<", ("ule", 1): ">"}
+
+
+def pin_sign_identities(fn: Function):
+    """Give ``np.sign``'s identity branch a zero derivative.
+
+    Numba's ``np.sign(x)`` is ``select x > 0, 1, (select x < 0, -1, x)``: ``x``
+    itself where it is 0 or nan, so differentiated as written its derivative is
+    1 there (a gradient of 1 for every weight that starts at 0). The inner
+    select's ``x`` becomes ``x * 0.0``, the same value (+-0, nan) wherever the
+    outer select keeps it, with derivative 0. Done once per function, before
+    any derivative.
+    """
+    if getattr(fn, "_sign_identities_pinned", False):
+        return
+    fn._sign_identities_pinned = True
+    users = fn.users
+    changed = False
+    for b in fn.blocks:
+        out = []
+        for ins in b.instructions:
+            side = _identity_off_zero_side(fn, ins)
+            if side is not None:
+                uses = users.get(ins.name, [])
+                outer = uses[0] if len(uses) == 1 else None
+                x = ins.operands[side[1]]
+                if outer is not None and _identity_off_zero_side(fn, outer, ins.value) == \
+                        ({"<": ">", ">": "<"}[side[0]], None) and \
+                        outer.operands[0].ref != ins.operands[0].ref and \
+                        _compared(fn, outer.operands[0]) == x.ref:
+                    name = f"~sign0.{ins.name}"
+                    out.append(Instruction(name, "fmul", x.type, [x, Value("0.0", x.type, "const")],
+                                           f"{local(name)} = fmul {x.type} {x.ref}, 0.0", b))
+                    zeroed = Value(local(name), x.type, "inst", name)
+                    ins.operands[side[1]] = zeroed
+                    c, t, f = ins.operands
+                    ins.text = (f"{local(ins.name)} = select i1 {c.ref}, {ins.type} {t.ref}, "
+                                f"{ins.type} {f.ref}")
+                    changed = True
+            out.append(ins)
+        b.instructions = out
+    if changed:
+        fn.__post_init__()
+        fn.__dict__.pop("users", None)
+
+
+def _compared(fn: Function, condition):
+    """The ref of ``x`` in ``condition = fcmp pred x, 0.0``, else None."""
+    test = fn.defs.get(condition.name) if condition.kind == "inst" else None
+    if test is None or test.opcode != "fcmp" or test.operands[1].kind != "const":
+        return None
+    try:
+        zero = float(test.operands[1].ref) == 0.0
+    except ValueError:
+        return None
+    return test.operands[0].ref if zero else None
+
+
+def _identity_off_zero_side(fn: Function, ins, identity=None):
+    """For ``select (fcmp pred x, 0.0), ...`` keeping ``x`` (or ``identity``) on
+    one side of zero only and a constant on the other: (the side excluded,
+    the operand position of ``x``; None for an ``identity`` given)."""
+    if ins.opcode != "select" or ins.type not in ("double", "float"):
+        return None
+    x = _compared(fn, ins.operands[0])
+    if x is None:
+        return None
+    predicate = fn.defs[ins.operands[0].name].predicate
+    for position in (1, 2):
+        kept, other = ins.operands[position], ins.operands[3 - position]
+        wanted = x if identity is None else identity.ref
+        if kept.ref == wanted and other.kind == "const":
+            side = _EXCLUDED_SIDE.get((predicate, position))
+            if side is not None:
+                return side, (position if identity is None else None)
+    return None
+
+
 def split_mixed_stores(fn: Function):
     """Store an aggregate holding both floats and pointers field by field.
 

@@ -21,7 +21,8 @@ from .frontend import (PARALLEL_LOOP_BODY, array_meminfo_params, data_pointer_ty
                        demangle, signature_of)
 from .ir import local, tangent_name
 from .analysis import (RESIZERS, ReadOnlyMemory, pointer_roots, split_loop_exits,
-                       split_mixed_stores, untie_carried_selects)
+                       pin_sign_identities, split_mixed_stores,
+                       untie_carried_selects)
 from .custom import rule_for
 from .parallel import DISCARD, name_parallel_loops
 from .typeddict import name_dict_calls
@@ -245,6 +246,7 @@ class ModuleBuilder:
                 raise UnsupportedError(f"the IR of called function '{symbol}' is not available")
             index = next(_NAMES) if self.owner is None else \
                 f"{self.owner[:16]}.{len(self.derivatives)}"
+            pin_sign_identities(fn)
             if self.mode == "forward":
                 found = ForwardDerivative(fn, activity, index)
             else:

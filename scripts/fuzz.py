@@ -60,7 +60,7 @@ instrumented pure-Python copy of the program (made from the same source with
 ``ast``: every comparison, ``abs``,
 ``max``/``min``, divisor and assigned value goes through a recorder, and so do
 NumPy's kinks: the element ``np.max``/``np.min``/``.max()``/``.min()`` select,
-the side each element of ``np.maximum``/``np.minimum``/``np.clip``/``np.abs``
+the side each element of ``np.maximum``/``np.minimum``/``np.clip``/``np.abs``/``np.sign``
 and of an array comparison (``np.where``) takes, one distance per element) is
 run at the point and at every finite-difference point; the point is rejected
 when a comparison is within 1e-4 of flipping, the branch trace changes under the
@@ -1005,7 +1005,8 @@ class _Gen:
         elif kind in ("maximum", "minimum"):
             rhs = f"np.{kind}({name}, {self.choice([c(), s()] + ([other] if other else []))})"
         elif kind == "abs":
-            rhs = f"np.abs({name} - {self.choice([c(), s()])})"
+            shifted = f"({name} - {self.choice([c(), s()])})"
+            rhs = self.choice([f"np.abs{shifted}", f"np.sign{shifted} * {shifted}"])
         elif kind == "smooth":
             rhs = self.choice([f"np.tanh({name}) * {s()}", f"{name} * {s()} + {name} * {name}",
                                f"np.exp(-{name} * {name})", f"np.sin({name}) + {other or s()}",
@@ -1305,6 +1306,10 @@ class _Monitor:
         self._branch(x, np.asarray(x >= 0))
         return abs(x)
 
+    def np_sign(self, x):
+        self._branch(x, np.asarray(x >= 0))
+        return np.sign(x)
+
     def max(self, a, b):
         self._branch(a - b, np.asarray(a > b))
         return max(a, b)
@@ -1384,7 +1389,7 @@ class _Instrument(ast.NodeTransformer):
 
     _NP_KINKS = {"max": "_np_max", "amax": "_np_max", "min": "_np_min", "amin": "_np_min",
                  "maximum": "_np_maximum", "minimum": "_np_minimum", "clip": "_np_clip",
-                 "abs": "_abs", "absolute": "_abs"}
+                 "abs": "_abs", "absolute": "_abs", "sign": "_np_sign"}
 
     def visit_Call(self, node):
         self.generic_visit(node)
@@ -1446,7 +1451,7 @@ def _run_instrumented(code, values):
     ns = {"math": math, "np": np, "prange": range, "_cmp": mon.cmp, "_den": mon.den, "_v": mon.v,
           "_abs": mon.abs, "_max": mon.max, "_min": mon.min, "_np_max": mon.np_max,
           "_np_min": mon.np_min, "_np_maximum": mon.np_maximum, "_np_minimum": mon.np_minimum,
-          "_np_clip": mon.np_clip, "_np_norm": mon.np_norm}
+          "_np_clip": mon.np_clip, "_np_norm": mon.np_norm, "_np_sign": mon.np_sign}
     exec(code, ns)
     try:
         with np.errstate(all="raise"):
