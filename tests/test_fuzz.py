@@ -149,14 +149,14 @@ def test_generator_covers_its_features():
 
 
 def test_generator_covers_numpy():
-    progs = [fuzz.generate_program(fuzz.program_rng(3, i)) for i in range(400)]
+    progs = [fuzz.generate_program(fuzz.program_rng(3, i)) for i in range(600)]
     text = "\n".join(p.source for p in progs)
     for needle in ["np.max(", ".max()", ".min()", "np.mean(", "np.prod(", "axis=0", "axis=1",
                    "np.log(np.sum(np.exp(", ".reshape(", ".ravel()", ".T", "np.cumsum(",
                    "np.diff(", "np.where(", "np.clip(", "np.maximum(", "np.minimum(", " @ ",
                    "np.dot(", "np.outer(", "np.linalg.solve(", "np.linalg.inv(",
                    "np.linalg.det(", "np.linalg.slogdet(", "np.linalg.cholesky(",
-                   "np.linalg.norm(", "np.diag(", "np.array([", "np.abs(", "raise ValueError("]:
+                   "np.linalg.norm(", "np.diag(", "np.array([", "np.abs(", "np.sign(", "raise ValueError("]:
         assert needle in text, needle
     assert sum(p.uses_numpy for p in progs) > 100
     # writes through a 1-D view of a matrix (the matrix A, or a fresh one)
