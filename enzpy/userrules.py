@@ -668,7 +668,9 @@ def _reverse_glue(glue):
     returns = [f"{argtypes[i]}({'0.0' if isinstance(cts[i], types.NoneType) else f'cts[{i}]'})"
                for i in floats]
     lines.append(f"    return ({', '.join(returns)}{',' if returns else ''})")
-    rev_types = (box_type, out_type, types.int64) + tuple(argtypes[i] for i in arrays) + \
+    # (a shadow is written: writable even where its array is read-only, a global's)
+    rev_types = (box_type, out_type, types.int64) + \
+        tuple(argtypes[i].copy(readonly=False) for i in arrays) + \
         (types.int64,) * len(arrays)
     rev_namespace = dict(namespace, float64=np.float64, float32=np.float32)
     rev = _compile("\n".join(lines) + "\n", rev_namespace, "rev", rev_types, spec)

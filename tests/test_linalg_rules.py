@@ -610,3 +610,33 @@ def test_forward_mode_through_lstsq_compiled_afresh_shows_no_hint_of_enzpys(tmp_
                           capture_output=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "Warning" not in done.stderr, done.stderr
+
+
+_READ_ONLY_A = np.array([[4.0, 1.0, 0.0], [1.0, 3.0, 0.5], [0.0, 0.5, 2.0]])   # (a global: read-only)
+
+
+@njit
+def _solve_with_a_global(b):
+    return np.sum(np.linalg.solve(_READ_ONLY_A, b)) + np.linalg.det(_READ_ONLY_A) * b[0]
+
+
+@njit
+def _det_times_sum(x, A):
+    return np.linalg.det(A) * x.sum()
+
+
+def test_read_only_arrays_into_linear_algebra():
+    # Found by review: the rule's glue typed the shadow like its read-only array
+    # (a global, a non-writeable argument) and failed to compile (an InternalError).
+    b = np.array([1.0, 2.0, 3.0])
+    want = np.linalg.solve(_READ_ONLY_A.T, np.ones(3)) + [np.linalg.det(_READ_ONLY_A), 0, 0]
+    db = np.zeros(3)
+    autodiff(Reverse, _solve_with_a_global, Duplicated(b.copy(), db))
+    np.testing.assert_allclose(db, want, rtol=1e-12)
+    np.testing.assert_allclose(enzpy.vjp(_solve_with_a_global, b)[1](1.0)[0], want, rtol=1e-12)
+    np.testing.assert_allclose(enzpy.hvp(_solve_with_a_global, b, np.ones(3)), 0.0, atol=1e-12)
+    A = _READ_ONLY_A.copy()
+    A.setflags(write=False)
+    dA = np.zeros((3, 3))
+    autodiff(Reverse, _det_times_sum, Const(b), Duplicated(A, dA))
+    np.testing.assert_allclose(dA, np.linalg.det(A) * np.linalg.inv(A).T * b.sum(), rtol=1e-12)

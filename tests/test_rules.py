@@ -1100,3 +1100,22 @@ def test_check_rule_without_a_float_argument_says_so():
             enzpy.check_rule(count, 3)
     finally:
         clear_rules(count)
+
+
+_READ_ONLY_W = np.array([0.6, 0.8])      # (a global: read-only in Numba)
+
+
+@njit
+def _norm_of_a_global_plus(x):
+    return _scaled_norm(_READ_ONLY_W) * x + _scaled_norm(np.full(2, x))
+
+
+def test_a_rule_called_with_a_read_only_array():
+    # Found by review: the glue typed the shadow read-only like the array (an
+    # InternalError at capture).
+    defvjp(_scaled_norm, _scaled_norm_fwd, _scaled_norm_bwd)
+    try:
+        (dx,), = autodiff(Reverse, _norm_of_a_global_plus, Active(0.5))
+        assert dx == pytest.approx(1.0 + np.sqrt(2.0), rel=1e-12)
+    finally:
+        clear_rules(_scaled_norm)
