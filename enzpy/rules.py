@@ -24,8 +24,10 @@ MINUS_ONE = "minus_one"
 class Rule:
     def __init__(self, *partials, unbounded=False):
         self.partials = partials
-        # A partial that is infinite where the result is finite (sqrt at 0): forward
-        # mode keeps a zero tangent zero through it (see forward.py).
+        # A partial that is infinite where the result is finite (sqrt at 0) and where
+        # a zero tangent means a flat or kinked argument (x**2 at 0, never x**3: sqrt
+        # of a negative is nan): forward mode keeps a zero tangent zero through it
+        # (see forward.py). Not cbrt or pow: cbrt(x**3) is x, its derivative 1 at 0.
         self.unbounded = unbounded
 
 
@@ -82,7 +84,7 @@ rule("log2", lambda e, x, r: e.recip(e.scale(x, LN2)))
 rule("log10", lambda e, x, r: e.recip(e.scale(x, LN10)))
 rule("log1p", lambda e, x, r: e.recip(e.fadd(x, e.const(1.0, x.type))))
 rule("sqrt", lambda e, x, r: e.fdiv(e.const(0.5, x.type), r), unbounded=True)
-rule("cbrt", lambda e, x, r: e.fdiv(r, e.scale(x, 3.0)), unbounded=True)
+rule("cbrt", lambda e, x, r: e.fdiv(r, e.scale(x, 3.0)))
 
 
 def _pow_exponent_partial(e, x, y, r):
@@ -104,8 +106,7 @@ def _power_partial(e, x, y):
     return e.select(origin, zero, partial)
 
 
-rule("pow", lambda e, x, y, r: _power_partial(e, x, y), _pow_exponent_partial,
-     unbounded=True)
+rule("pow", lambda e, x, y, r: _power_partial(e, x, y), _pow_exponent_partial)
 rule("powi", lambda e, x, n, r: _power_partial(e, x, e.cast("sitofp", n, x.type)), None)
 def _over_hypot(e, v, r):
     # v / r, and 0 at the origin (its kink: the subgradient 0, as for np.linalg.norm),

@@ -369,28 +369,43 @@ def _kind(ty):
     return "other"
 
 
-_NO_DERIVATIVE = (types.Integer, types.Boolean, types.NoneType, types.Omitted, types.UnicodeType,
-                  types.CharSeq, types.UnicodeCharSeq, types.NPDatetime, types.NPTimedelta,
-                  types.DType, types.NumberClass)
-
-
-def _carries_no_derivative(ty) -> bool:
-    """Whether a value of type ``ty`` provably holds no float: integers,
-    strings, dtypes, integer arrays, containers of them. The glue passes such an
-    argument ('other') on as it is, with no shadow."""
+def _holds_floats(ty, seen=None) -> bool:
+    """Whether a value of Numba type ``ty`` may hold floats (or complex numbers):
+    as itself, as array elements or record fields, in a container or an object's
+    fields, at any depth."""
+    seen = set() if seen is None else seen
+    if isinstance(ty, (types.Float, types.Complex)):
+        return True
+    if isinstance(ty, types.DeferredType):          # (a linked node's own class)
+        ty = ty.get()
+    if id(ty) in seen:
+        return False
+    seen.add(id(ty))
+    if isinstance(ty, (types.Array, types.NestedArray)):
+        return _holds_floats(ty.dtype, seen)
+    if isinstance(ty, types.Record):
+        return any(_holds_floats(t, seen) for _, t in ty.members)
     if isinstance(ty, types.BaseTuple):
-        return all(map(_carries_no_derivative, ty))
-    if isinstance(ty, (types.Array, types.List)):
-        return _carries_no_derivative(ty.dtype)
-    return isinstance(ty, _NO_DERIVATIVE)
+        return any(_holds_floats(t, seen) for t in ty)
+    if isinstance(ty, (types.List, types.ListType, types.Set)):
+        return _holds_floats(ty.dtype, seen)
+    if isinstance(ty, types.DictType):
+        return _holds_floats(ty.key_type, seen) or _holds_floats(ty.value_type, seen)
+    if isinstance(ty, types.Optional):
+        return _holds_floats(ty.type, seen)
+    if isinstance(ty, types.ClassInstanceType):
+        return any(_holds_floats(t, seen) for t in ty.struct.values())
+    if isinstance(ty, types.StructRef):
+        return any(_holds_floats(t, seen) for t in ty.field_dict.values())
+    return False
 
 
 def _check_arguments(spec, argtypes):
     """A rule's glue passes floats and float arrays with their shadows or
-    tangents, and anything else as it is: a container holding floats would
-    lose their derivatives."""
+    tangents, and anything else as it is (strings, enums, integer tuples...): a
+    container holding floats would lose their derivatives."""
     for i, ty in enumerate(argtypes):
-        if _kind(ty) == "other" and not _carries_no_derivative(ty):
+        if _kind(ty) == "other" and _holds_floats(ty):
             raise UnsupportedError(
                 f"{spec.name}: argument {i} is of type {ty}; a custom rule's arguments carry "
                 f"derivatives only as floats and float arrays (tuples, lists, objects and "
@@ -399,12 +414,17 @@ def _check_arguments(spec, argtypes):
 
 
 def _ownable(ty) -> bool:
-    """Residuals ``_owned`` can copy: floats, arrays, tuples and lists of them."""
+    """Residuals ``_owned`` can make the rule's own: its arrays, in tuples and
+    lists, are copied; values without floats (integers, strings) need no copy.
+    A float array or float held in a mutable object (a jitclass, a typed list)
+    could change before the reverse sweep reads it."""
+    if isinstance(ty, (types.Array, types.Number)) or not _holds_floats(ty):
+        return True
     if isinstance(ty, types.BaseTuple):
         return all(map(_ownable, ty))
     if isinstance(ty, types.List):
         return _ownable(ty.dtype)
-    return isinstance(ty, (types.Array, types.Number, types.Boolean, types.NoneType))
+    return False
 
 
 def _compile(source, namespace, name, argtypes, spec):
@@ -518,10 +538,22 @@ def _ol_owned(x):
     if isinstance(x, types.Array):
         return lambda x: x.copy()
     if isinstance(x, types.BaseTuple):
-        return _tuple_impl("_owned", len(x), "x")
+        return _tuple_impl("_owned", len(x), "x",
+                           build=x.instance_class if isinstance(x, types.NamedTuple) else None)
     if isinstance(x, types.List):
-        return lambda x: [_owned(item) for item in x]
+        def own_items(x):       # (in place: a copy keeps the list's type, strided items too)
+            for i in range(len(x)):
+                x[i] = _owned(x[i])
+            return x
+        return own_items
     return lambda x: x
+
+
+def _owned_type(ty):
+    """The type of ``_owned`` of a value of type ``ty``."""
+    typing = cpu_target.typing_context
+    typing.refresh()
+    return typing.resolve_function_type(typing.resolve_value_type(_owned), (ty,), {}).return_type
 
 
 def _cotangent(shadow, gs, has_g):
@@ -531,14 +563,16 @@ def _cotangent(shadow, gs, has_g):
     box's zeros when ``has_g`` is false)."""
 
 
-def _tuple_impl(name, n, *args, whole=()):
+def _tuple_impl(name, n, *args, whole=(), build=None):
     """``name`` applied to the items of tuple arguments ``args`` (the
-    arguments ``whole`` passed as they are)."""
+    arguments ``whole`` passed as they are), in a tuple (or ``build(*items)``,
+    a named tuple's class)."""
     items = ", ".join(f"{name}({', '.join([f'{a}[{i}]' for a in args] + list(whole))})"
                       for i in range(n))
     namespace = {"_zero_shadow": _zero_shadow, "_laid_out_like": _laid_out_like,
-                 "_cotangent": _cotangent, "_owned": _owned}
-    exec(compile(f"def impl({', '.join(args + whole)}):\n    return ({items},)\n",
+                 "_cotangent": _cotangent, "_owned": _owned, "build": build}
+    result = f"({items},)" if build is None else f"build({items})"
+    exec(compile(f"def impl({', '.join(args + whole)}):\n    return {result}\n",
                  "<enzpy tuple rule>", "exec"), namespace)
     return fingerprint.generated_by_enzpy(namespace["impl"])
 
@@ -621,10 +655,12 @@ def _reverse_glue(glue):
     if not _ownable(res_type):
         raise RuleError(f"{spec.name}: fwd's residuals are of type {res_type}; they may hold "
                         f"floats, arrays, and tuples and lists of them (enzpy keeps copies: the "
-                        f"function may overwrite its arguments before the reverse sweep)")
+                        f"function may overwrite its arguments before the reverse sweep), and "
+                        f"values without floats")
     if not _differentiable_result(out_type) or types.unliteral(out_type) != glue.restype:
         raise RuleError(f"{spec.name}: fwd returns out of type {out_type}; the function "
                         f"returns {glue.restype}")
+    res_type = _owned_type(res_type)        # (what the box keeps: copies, C-ordered)
     box_type = _BoxType([("res", res_type), ("out", out_type), ("shadow", out_type)])
     namespace = {"fwd": spec.fwd, "bwd": spec.bwd, "np": np, "new": structref.new,
                  "RuleShapeError": RuleShapeError, "Box": box_type,
@@ -1075,7 +1111,7 @@ def check_rule(f, *args, step=1e-6, seed=0) -> RuleCheck:
             if isinstance(v, (float, np.floating)) or
             (isinstance(v, np.ndarray) and v.dtype.kind == "f")]
     for i, v in enumerate(values):
-        if i not in diff and not _carries_no_derivative(numba.typeof(v)):
+        if i not in diff and _holds_floats(numba.typeof(v)):
             raise TypeError(f"check_rule: argument {i} ({type(v).__name__}) holds floats; "
                             f"check_rule differentiates float scalars and float arrays (as "
                             f"rules do): pass a container's arrays as arguments of their own")
@@ -1106,7 +1142,8 @@ def check_rule(f, *args, step=1e-6, seed=0) -> RuleCheck:
             for idx in np.ndindex(*np.shape(values[i])):
                 unit = np.zeros(np.shape(values[i]))
                 unit[idx] = 1.0
-                tangents = [unit if j == i else np.zeros(np.shape(v)) for j, v in enumerate(values)]
+                tangents = [unit if j == i else np.zeros(np.shape(v)) if j in diff else None
+                            for j, v in enumerate(values)]
                 want[idx] = _inner(g, directional(tangents))
             got = cts[i] if cts[i] is not None else np.zeros_like(want)
             if np.shape(got) != want.shape:
@@ -1117,8 +1154,7 @@ def check_rule(f, *args, step=1e-6, seed=0) -> RuleCheck:
         tangents = [_random_like(v, rng) if j in diff else v for j, v in enumerate(values)]
         out_jvp, tout = spec.jvp(tuple(values), tuple(tangents))
         errors["jvp out"] = _relative(out_jvp, out)
-        zeroed = [t if j in diff else np.zeros(np.shape(v)) for j, (v, t) in
-                  enumerate(zip(values, tangents))]
+        zeroed = [t if j in diff else None for j, t in enumerate(tangents)]
         expected = directional(zeroed)
         if isinstance(expected, np.ndarray) and np.shape(tout) != expected.shape:
             raise RuleError(f"{spec.name}: jvp's tangent has shape {np.shape(tout)}; the "

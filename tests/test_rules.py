@@ -1,11 +1,15 @@
 """Custom derivative rules (defvjp / defjvp / inactive) written as @njit functions."""
+import collections
 import ctypes
 import ctypes.util
+import enum
 import math
 
+import numba
 import numpy as np
 import pytest
 from numba import njit
+from numba.experimental import jitclass
 
 import enzpy
 from enzpy import (Active, Const, Duplicated, Forward, Reverse, UnsupportedError, autodiff,
@@ -1119,3 +1123,113 @@ def test_a_rule_called_with_a_read_only_array():
         assert dx == pytest.approx(1.0 + np.sqrt(2.0), rel=1e-12)
     finally:
         clear_rules(_scaled_norm)
+
+
+class _Activation(enum.IntEnum):
+    RELU = 1
+    TANH = 2
+
+
+@jitclass([("n", numba.int64)])
+class _Counts:
+    def __init__(self, n):
+        self.n = n
+
+
+@njit
+def _scaled(x, how):
+    return 3.0 * x
+
+
+@njit
+def _scaled_fwd(x, how):
+    return 3.0 * x, 0.0
+
+
+@njit
+def _scaled_bwd(res, g):
+    return (3.0 * g, None)
+
+
+@njit
+def _scaled_jvp(primals, tangents):
+    return 3.0 * primals[0], 3.0 * tangents[0]
+
+
+@pytest.mark.parametrize("how", ["relu", _Activation.TANH, (1, (2, 3)), np.arange(3),
+                                 _Counts(2), None, True],
+                         ids=["str", "int-enum", "int-tuple", "int-array", "jitclass-of-ints",
+                              "none", "bool"])
+def test_rules_pass_arguments_without_floats_as_they_are(how):
+    # Found by review: an allow-list of such types refused strings, enums, jitclasses
+    # of integers... that the rule's glue passes on as it always did.
+    defvjp(_scaled, _scaled_fwd, _scaled_bwd)
+    defjvp(_scaled, _scaled_jvp)
+    try:
+        (dx, _), = autodiff(Reverse, _scaled, Active(0.7), Const(how))
+        assert dx == 3.0
+        tangent, = autodiff(Forward, _scaled, Duplicated(0.7, 1.0), Const(how))
+        assert tangent == 3.0
+        assert enzpy.check_rule(_scaled, 0.7, how).worst_relative_error < 1e-6
+    finally:
+        clear_rules(_scaled)
+
+
+_RESIDUAL_NT = collections.namedtuple("_RESIDUAL_NT", ["x", "k"])
+_GLOBAL_W = np.array([1.0, 2.0])
+
+
+@njit
+def _even_squares(x):
+    return (x[::2] ** 2).sum() + (_GLOBAL_W * x[:2]).sum()
+
+
+@njit
+def _even_squares_fwd_list(x):
+    return _even_squares(x), [x[::2], _GLOBAL_W]        # a strided view, a read-only array
+
+
+@njit
+def _even_squares_fwd_named(x):
+    return _even_squares(x), _RESIDUAL_NT(x[::2], 2.0)
+
+
+@njit
+def _even_squares_bwd_list(res, g):
+    evens, w = res
+    ct = np.zeros(2 * evens.size)
+    ct[::2] = 2.0 * g * evens
+    ct[:2] += g * w
+    return (ct,)
+
+
+@njit
+def _even_squares_bwd_named(res, g):
+    ct = np.zeros(2 * res.x.size)
+    ct[::2] = res.k * g * res.x
+    ct[:2] += g * _GLOBAL_W
+    return (ct,)
+
+
+@njit
+def _even_squares_then_overwrite(x):
+    y = x * 1.0
+    s = _even_squares(y)
+    y[:] = 0.0
+    return s
+
+
+@pytest.mark.parametrize("fwd, bwd", [(_even_squares_fwd_list, _even_squares_bwd_list),
+                                      (_even_squares_fwd_named, _even_squares_bwd_named)],
+                         ids=["list", "named-tuple"])
+def test_residuals_of_strided_and_read_only_arrays_in_lists_and_named_tuples(fwd, bwd):
+    # Found by review: copying a list's strided or read-only arrays changed the
+    # list's type (an InternalError), and named tuples could not be copied at all.
+    defvjp(_even_squares, fwd, bwd)
+    try:
+        x = np.array([0.3, 0.7, 1.1, 0.2])
+        dx = np.zeros(4)
+        autodiff(Reverse, _even_squares_then_overwrite, Duplicated(x.copy(), dx))
+        np.testing.assert_allclose(dx, [0.6 + 1.0, 2.0, 2.2, 0.0], rtol=1e-12)
+    finally:
+        clear_rules(_even_squares)
