@@ -69,22 +69,20 @@ def _leaves(ty) -> list:
 def _holds_floats(dtype) -> bool:
     """Whether an array element of Numba type ``dtype`` holds floats: a float,
     or a record with float fields, subarrays of floats or such records."""
-    if isinstance(dtype, types.Float):
-        return True
-    if isinstance(dtype, types.NestedArray):
-        return _holds_floats(dtype.dtype)
-    if isinstance(dtype, types.Record):
-        return any(_holds_floats(t) for _, t in dtype.members)
-    return False
+    return _element_holds(dtype, types.Float)
 
 
 def _holds_complex(dtype) -> bool:
-    if isinstance(dtype, types.Complex):
+    return _element_holds(dtype, types.Complex)
+
+
+def _element_holds(dtype, scalar) -> bool:
+    if isinstance(dtype, scalar):
         return True
     if isinstance(dtype, types.NestedArray):
-        return _holds_complex(dtype.dtype)
+        return _element_holds(dtype.dtype, scalar)
     if isinstance(dtype, types.Record):
-        return any(_holds_complex(t) for _, t in dtype.members)
+        return any(_element_holds(t, scalar) for _, t in dtype.members)
     return False
 
 
