@@ -369,7 +369,7 @@ def _kind(ty):
     return "other"
 
 
-def _holds_floats(ty, seen=None) -> bool:
+def _may_hold_floats(ty, seen=None) -> bool:
     """Whether a value of Numba type ``ty`` may hold floats (or complex numbers):
     as itself, as array elements or record fields, in a container or an object's
     fields, at any depth."""
@@ -382,21 +382,21 @@ def _holds_floats(ty, seen=None) -> bool:
         return False
     seen.add(id(ty))
     if isinstance(ty, (types.Array, types.NestedArray)):
-        return _holds_floats(ty.dtype, seen)
+        return _may_hold_floats(ty.dtype, seen)
     if isinstance(ty, types.Record):
-        return any(_holds_floats(t, seen) for _, t in ty.members)
+        return any(_may_hold_floats(t, seen) for _, t in ty.members)
     if isinstance(ty, types.BaseTuple):
-        return any(_holds_floats(t, seen) for t in ty)
+        return any(_may_hold_floats(t, seen) for t in ty)
     if isinstance(ty, (types.List, types.ListType, types.Set)):
-        return _holds_floats(ty.dtype, seen)
+        return _may_hold_floats(ty.dtype, seen)
     if isinstance(ty, types.DictType):
-        return _holds_floats(ty.key_type, seen) or _holds_floats(ty.value_type, seen)
+        return _may_hold_floats(ty.key_type, seen) or _may_hold_floats(ty.value_type, seen)
     if isinstance(ty, types.Optional):
-        return _holds_floats(ty.type, seen)
+        return _may_hold_floats(ty.type, seen)
     if isinstance(ty, types.ClassInstanceType):
-        return any(_holds_floats(t, seen) for t in ty.struct.values())
+        return any(_may_hold_floats(t, seen) for t in ty.struct.values())
     if isinstance(ty, types.StructRef):
-        return any(_holds_floats(t, seen) for t in ty.field_dict.values())
+        return any(_may_hold_floats(t, seen) for t in ty.field_dict.values())
     return False
 
 
@@ -405,7 +405,7 @@ def _check_arguments(spec, argtypes):
     tangents, and anything else as it is (strings, enums, integer tuples...): a
     container holding floats would lose their derivatives."""
     for i, ty in enumerate(argtypes):
-        if _kind(ty) == "other" and _holds_floats(ty):
+        if _kind(ty) == "other" and _may_hold_floats(ty):
             raise UnsupportedError(
                 f"{spec.name}: argument {i} is of type {ty}; a custom rule's arguments carry "
                 f"derivatives only as floats and float arrays (tuples, lists, objects and "
@@ -418,7 +418,7 @@ def _ownable(ty) -> bool:
     lists, are copied; values without floats (integers, strings) need no copy.
     A float array or float held in a mutable object (a jitclass, a typed list)
     could change before the reverse sweep reads it."""
-    if isinstance(ty, (types.Array, types.Number)) or not _holds_floats(ty):
+    if isinstance(ty, (types.Array, types.Number)) or not _may_hold_floats(ty):
         return True
     if isinstance(ty, types.BaseTuple):
         return all(map(_ownable, ty))
@@ -1111,7 +1111,7 @@ def check_rule(f, *args, step=1e-6, seed=0) -> RuleCheck:
             if isinstance(v, (float, np.floating)) or
             (isinstance(v, np.ndarray) and v.dtype.kind == "f")]
     for i, v in enumerate(values):
-        if i not in diff and _holds_floats(numba.typeof(v)):
+        if i not in diff and _may_hold_floats(numba.typeof(v)):
             raise TypeError(f"check_rule: argument {i} ({type(v).__name__}) holds floats; "
                             f"check_rule differentiates float scalars and float arrays (as "
                             f"rules do): pass a container's arrays as arguments of their own")
