@@ -190,8 +190,7 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
                 continue
             t = self.derivative(operand)
             p = partial(e, *ins.args, ins.value)
-            term = t if p == rules.ONE else e.fneg(t) if p == rules.MINUS_ONE else \
-                _kept_zero_product(e, p, t) if rule.unbounded else e.fmul(p, t)
+            term = t if p == rules.ONE else e.fneg(t) if p == rules.MINUS_ONE else e.fmul(p, t)
             total = term if total is None else e.fadd(total, term)
         return total if total is not None else e.zero(ins.type)
 
@@ -317,13 +316,3 @@ FORWARD_RUNTIME = (
     f"@{SINK_WRITE} = internal global [1024 x i8] zeroinitializer, align 64\n"
     + _ZERO + _copy("double", 8) + _copy("float", 4) + _copy("ptr", 8) + _dot("double") + _dot("float")
     + RESIZE_SHADOW + FREE_SHADOW)
-
-
-def _kept_zero_product(e, partial, tangent):
-    """partial * tangent, but 0 where the tangent is 0: a variable that is a
-    constant on the path taken (``y = 0.0``, changed only in a branch not taken)
-    has the tangent 0 and must keep it through ``sqrt(y)``, whose partial there
-    is infinite (reverse mode sends no adjoint into a constant at all)."""
-    product = e.fmul(partial, tangent)
-    zero = e.zero(tangent.type)
-    return e.select(e.fcmp("oeq", tangent, zero), zero, product)

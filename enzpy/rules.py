@@ -22,20 +22,15 @@ MINUS_ONE = "minus_one"
 
 
 class Rule:
-    def __init__(self, *partials, unbounded=False):
+    def __init__(self, *partials):
         self.partials = partials
-        # A partial that is infinite where the result is finite (sqrt at 0) and where
-        # a zero tangent means a flat or kinked argument (x**2 at 0, never x**3: sqrt
-        # of a negative is nan): forward mode keeps a zero tangent zero through it
-        # (see forward.py). Not cbrt or pow: cbrt(x**3) is x, its derivative 1 at 0.
-        self.unbounded = unbounded
 
 
 RULES: dict = {}
 
 
-def rule(name, *partials, unbounded=False):
-    RULES[name] = Rule(*partials, unbounded=unbounded)
+def rule(name, *partials):
+    RULES[name] = Rule(*partials)
 
 
 def zero_derivative(*names, arity=1):
@@ -52,8 +47,7 @@ rule("fadd", lambda e, a, b, r: ONE, lambda e, a, b, r: ONE)
 rule("fsub", lambda e, a, b, r: ONE, lambda e, a, b, r: MINUS_ONE)
 rule("fneg", lambda e, a, r: MINUS_ONE)
 rule("fmul", lambda e, a, b, r: b, lambda e, a, b, r: a)
-rule("fdiv", lambda e, a, b, r: e.recip(b), lambda e, a, b, r: e.fneg(e.fdiv(r, b)),
-     unbounded=True)
+rule("fdiv", lambda e, a, b, r: e.recip(b), lambda e, a, b, r: e.fneg(e.fdiv(r, b)))
 # frem is C's fmod: a - b * trunc(a / b).
 rule("frem", lambda e, a, b, r: ONE, lambda e, a, b, r: e.fneg(e.trunc(e.fdiv(a, b))))
 
@@ -61,10 +55,8 @@ rule("frem", lambda e, a, b, r: ONE, lambda e, a, b, r: e.fneg(e.trunc(e.fdiv(a,
 rule("sin", lambda e, x, r: e.cos(x))
 rule("cos", lambda e, x, r: e.fneg(e.sin(x)))
 rule("tan", lambda e, x, r: e.fadd(e.const(1.0, x.type), e.square(r)))
-rule("asin", lambda e, x, r: _one_over_sqrt(e, e.fsub(e.const(1.0, x.type), e.square(x))),
-     unbounded=True)
-rule("acos", lambda e, x, r: e.fneg(_one_over_sqrt(e, e.fsub(e.const(1.0, x.type), e.square(x)))),
-     unbounded=True)
+rule("asin", lambda e, x, r: _one_over_sqrt(e, e.fsub(e.const(1.0, x.type), e.square(x))))
+rule("acos", lambda e, x, r: e.fneg(_one_over_sqrt(e, e.fsub(e.const(1.0, x.type), e.square(x)))))
 rule("atan", lambda e, x, r: e.recip(e.fadd(e.const(1.0, x.type), e.square(x))))
 rule("atan2",
      lambda e, y, x, r: e.fdiv(x, e.fadd(e.square(x), e.square(y))),
@@ -73,8 +65,7 @@ rule("sinh", lambda e, x, r: e.cosh(x))
 rule("cosh", lambda e, x, r: e.sinh(x))
 rule("tanh", lambda e, x, r: e.fsub(e.const(1.0, x.type), e.square(r)))
 rule("asinh", lambda e, x, r: _one_over_sqrt(e, e.fadd(e.square(x), e.const(1.0, x.type))))
-rule("acosh", lambda e, x, r: _one_over_sqrt(e, e.fsub(e.square(x), e.const(1.0, x.type))),
-     unbounded=True)
+rule("acosh", lambda e, x, r: _one_over_sqrt(e, e.fsub(e.square(x), e.const(1.0, x.type))))
 rule("atanh", lambda e, x, r: e.recip(e.fsub(e.const(1.0, x.type), e.square(x))))
 rule("exp", lambda e, x, r: r)
 rule("exp2", lambda e, x, r: e.scale(r, LN2))
@@ -83,7 +74,7 @@ rule("log", lambda e, x, r: e.recip(x))
 rule("log2", lambda e, x, r: e.recip(e.scale(x, LN2)))
 rule("log10", lambda e, x, r: e.recip(e.scale(x, LN10)))
 rule("log1p", lambda e, x, r: e.recip(e.fadd(x, e.const(1.0, x.type))))
-rule("sqrt", lambda e, x, r: e.fdiv(e.const(0.5, x.type), r), unbounded=True)
+rule("sqrt", lambda e, x, r: e.fdiv(e.const(0.5, x.type), r))
 rule("cbrt", lambda e, x, r: e.fdiv(r, e.scale(x, 3.0)))
 
 

@@ -539,13 +539,10 @@ def _ol_owned(x):
         return lambda x: x.copy()
     if isinstance(x, types.BaseTuple):
         return _tuple_impl("_owned", len(x), "x",
-                           build=x.instance_class if isinstance(x, types.NamedTuple) else None)
-    if isinstance(x, types.List):
-        def own_items(x):       # (in place: a copy keeps the list's type, strided items too)
-            for i in range(len(x)):
-                x[i] = _owned(x[i])
-            return x
-        return own_items
+                           build=x.instance_class if isinstance(x, types.BaseNamedTuple)
+                           else None)
+    if isinstance(x, types.List):        # (a new list: the caller may hold this one)
+        return lambda x: [_owned(item) for item in x]
     return lambda x: x
 
 
@@ -571,7 +568,7 @@ def _tuple_impl(name, n, *args, whole=(), build=None):
                       for i in range(n))
     namespace = {"_zero_shadow": _zero_shadow, "_laid_out_like": _laid_out_like,
                  "_cotangent": _cotangent, "_owned": _owned, "build": build}
-    result = f"({items},)" if build is None else f"build({items})"
+    result = f"build({items})" if build is not None else f"({items},)" if n else "()"
     exec(compile(f"def impl({', '.join(args + whole)}):\n    return {result}\n",
                  "<enzpy tuple rule>", "exec"), namespace)
     return fingerprint.generated_by_enzpy(namespace["impl"])

@@ -1233,3 +1233,136 @@ def test_residuals_of_strided_and_read_only_arrays_in_lists_and_named_tuples(fwd
         np.testing.assert_allclose(dx, [0.6 + 1.0, 2.0, 2.2, 0.0], rtol=1e-12)
     finally:
         clear_rules(_even_squares)
+
+
+@njit
+def _gather_squares(x, idx):
+    return (x[idx[0]] ** 2).sum()
+
+
+@njit
+def _gather_squares_fwd(x, idx):
+    return _gather_squares(x, idx), (x[idx[0]].copy(), idx)
+
+
+@njit
+def _gather_squares_bwd(res, g):
+    values, idx = res
+    ct = np.zeros(3)
+    for k in range(idx[0].size):
+        ct[idx[0][k]] += 2.0 * g * values[k]
+    return (ct, None)
+
+
+@njit
+def _gather_then_replace(x):
+    idx = [np.array([0, 2])]
+    s = _gather_squares(x, idx)
+    idx[0] = np.array([1, 1])
+    return s
+
+
+@njit
+def _gather_then_mutate(x):
+    idx = [np.array([0, 2])]
+    s = _gather_squares(x, idx)
+    idx[0][0] = 1
+    return s
+
+
+@njit
+def _gather_then_alias(x):
+    a = np.array([0, 2])
+    idx = [a]
+    s = _gather_squares(x, idx)
+    a[0] = 1
+    return s + (x[idx[0]] ** 3).sum()
+
+
+@pytest.mark.parametrize("caller", [_gather_then_replace, _gather_then_mutate, _gather_then_alias])
+def test_a_list_residual_the_caller_holds_is_copied_not_changed(caller):
+    # Found by review: list residuals copied in place shared (and changed) the
+    # caller's list: its later writes reached the residuals.
+    defvjp(_gather_squares, _gather_squares_fwd, _gather_squares_bwd)
+    try:
+        x = np.array([0.5, 1.5, -0.7])
+        dx = np.zeros(3)
+        autodiff(Reverse, caller, Duplicated(x.copy(), dx))
+        h = 1e-6
+        fd = [(caller(x + h * e) - caller(x - h * e)) / (2 * h) for e in np.eye(3)]
+        np.testing.assert_allclose(dx, fd, rtol=1e-6, atol=1e-8)
+        a = np.array([0, 2])
+        held = [a]
+        autodiff(Reverse, _gather_squares, Duplicated(x.copy(), np.zeros(3)), Const(held))
+        assert held[0] is a
+    finally:
+        clear_rules(_gather_squares)
+
+
+_RESIDUAL_PAIR = collections.namedtuple("_RESIDUAL_PAIR", ["a", "b"])
+
+
+@njit
+def _odd_even(x):
+    return (x[::2] * x[1::2]).sum()
+
+
+@njit
+def _odd_even_fwd_named_uni(x):
+    return _odd_even(x), _RESIDUAL_PAIR(x[::2], x[1::2])
+
+
+@njit
+def _odd_even_fwd_list_of_named(x):
+    return _odd_even(x), [_RESIDUAL_PAIR(x[::2], x[1::2])]
+
+
+@njit
+def _odd_even_bwd_named(res, g):
+    ct = np.zeros(2 * res.a.size)
+    ct[::2] = g * res.b
+    ct[1::2] = g * res.a
+    return (ct,)
+
+
+@njit
+def _odd_even_bwd_list(res, g):
+    return _odd_even_bwd_named(res[0], g)
+
+
+@njit
+def _odd_even_then_overwrite(x):
+    y = x * 1.0
+    s = _odd_even(y)
+    y[:] = 0.0
+    return s
+
+
+@pytest.mark.parametrize("fwd, bwd", [(_odd_even_fwd_named_uni, _odd_even_bwd_named),
+                                      (_odd_even_fwd_list_of_named, _odd_even_bwd_list)],
+                         ids=["named-uni-tuple", "list-of-named-tuples"])
+def test_residuals_in_named_tuples_of_one_type_and_lists_of_them(fwd, bwd):
+    # Found by review: a NamedUniTuple lost its names (a RuleError), a list of named
+    # tuples failed to compile (an InternalError).
+    defvjp(_odd_even, fwd, bwd)
+    try:
+        x = np.array([0.3, 0.7, 1.1, 0.2])
+        dx = np.zeros(4)
+        autodiff(Reverse, _odd_even_then_overwrite, Duplicated(x.copy(), dx))
+        np.testing.assert_allclose(dx, [0.7, 0.3, 0.2, 1.1], rtol=1e-12)
+    finally:
+        clear_rules(_odd_even)
+
+
+def test_a_rule_without_residuals():
+    # Found by review: an empty tuple of residuals generated invalid glue.
+    @njit
+    def double(x):
+        return 2.0 * x
+
+    defvjp(double, njit(lambda x: (double(x), ())), njit(lambda res, g: (2.0 * g,)))
+    try:
+        (dx,), = autodiff(Reverse, njit(lambda x: double(x) * x), Active(1.5))
+        assert dx == 6.0
+    finally:
+        clear_rules(double)
