@@ -381,8 +381,12 @@ def _may_hold_floats(ty, seen=None) -> bool:
     if id(ty) in seen:
         return False
     seen.add(id(ty))
-    if isinstance(ty, (types.Array, types.NestedArray)):
+    if isinstance(ty, types.RawPointer):            # (void*: memory of any type)
+        return True
+    if isinstance(ty, (types.Buffer, types.NestedArray, types.CPointer, types.MemInfoPointer)):
         return _may_hold_floats(ty.dtype, seen)
+    if isinstance(ty, types.IteratorType):
+        return _may_hold_floats(ty.yield_type, seen)
     if isinstance(ty, types.Record):
         return any(_may_hold_floats(t, seen) for _, t in ty.members)
     if isinstance(ty, types.BaseTuple):

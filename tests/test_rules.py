@@ -1027,6 +1027,55 @@ def test_a_rule_of_a_function_taking_a_container_of_floats_is_refused():
     assert da == pytest.approx(2 * _affine_loss.py_func(1.3, 0.7) ** 0.5 * 2.7, rel=1e-12)
 
 
+@numba.extending.intrinsic
+def _data_pointer(typingctx, arr):
+    """The address of an array's data, typed as a pointer to its elements (what
+    carray/cffi code hands around)."""
+    def codegen(context, builder, sig, args):
+        return context.make_array(sig.args[0])(context, builder, args[0]).data
+    return numba.core.types.CPointer(arr.dtype)(arr), codegen
+
+
+@njit
+def _pointed_sum(p, n):
+    return numba.carray(p, n).sum()
+
+
+@njit
+def _pointed_sum_fwd(p, n):
+    return _pointed_sum(p, n), None
+
+
+@njit
+def _pointed_sum_bwd(res, g):
+    return (None, None)
+
+
+@njit
+def _pointed_sum_loss(x):
+    return _pointed_sum(_data_pointer(x), x.size) * x[0]
+
+
+def test_a_rule_of_a_function_taking_a_pointer_to_floats_is_refused():
+    # Found by review: a raw pointer was taken for a value without floats (the
+    # glue would pass it without a shadow: a silently zero gradient).
+    defvjp(_pointed_sum, _pointed_sum_fwd, _pointed_sum_bwd)
+    try:
+        with pytest.raises(UnsupportedError, match=r"'_pointed_sum': argument 0 is of type "
+                                                   r"float64\*"):
+            autodiff(Reverse, _pointed_sum_loss, Duplicated(np.ones(3), np.zeros(3)))
+    finally:
+        clear_rules(_pointed_sum)
+    from enzpy.userrules import _may_hold_floats
+    types = numba.core.types
+    assert _may_hold_floats(types.voidptr)
+    assert _may_hold_floats(types.CPointer(types.float32))
+    assert not _may_hold_floats(types.CPointer(types.intp))
+    assert _may_hold_floats(types.Bytes(types.float64, 1, "C"))
+    assert _may_hold_floats(types.ArrayIterator(types.float64[:]))
+    assert not _may_hold_floats(types.ArrayIterator(types.int64[:]))
+
+
 @njit
 def _scaled_sum(x, n):
     return x.sum() * n[0]
