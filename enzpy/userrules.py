@@ -417,17 +417,25 @@ def _check_arguments(spec, argtypes):
                 f"as arguments of their own")
 
 
+# (values that cannot change after the call: kept as they are)
+_IMMUTABLE = (types.Number, types.Boolean, types.NoneType, types.UnicodeType, types.Literal,
+              types.EnumMember, types.NPDatetime, types.NPTimedelta, types.CharSeq,
+              types.UnicodeCharSeq)
+
+
 def _ownable(ty) -> bool:
     """Residuals ``_owned`` can make the rule's own: its arrays, in tuples and
-    lists, are copied; values without floats (integers, strings) need no copy.
-    A float array or float held in a mutable object (a jitclass, a typed list)
-    could change before the reverse sweep reads it."""
-    if isinstance(ty, (types.Array, types.Number)) or not _may_hold_floats(ty):
+    lists, are copied; immutable values (numbers, strings) need no copy. Any
+    other object (a jitclass, a typed list or dict, a record, even of integers:
+    indices) could change before the reverse sweep reads it."""
+    if isinstance(ty, (types.Array,) + _IMMUTABLE):
         return True
     if isinstance(ty, types.BaseTuple):
         return all(map(_ownable, ty))
     if isinstance(ty, types.List):
         return _ownable(ty.dtype)
+    if isinstance(ty, types.Optional):
+        return isinstance(ty.type, _IMMUTABLE)
     return False
 
 
@@ -655,9 +663,10 @@ def _reverse_glue(glue):
     out_type, res_type = fwd_type
     if not _ownable(res_type):
         raise RuleError(f"{spec.name}: fwd's residuals are of type {res_type}; they may hold "
-                        f"floats, arrays, and tuples and lists of them (enzpy keeps copies: the "
+                        f"numbers, arrays, and tuples and lists of them (enzpy keeps copies: the "
                         f"function may overwrite its arguments before the reverse sweep), and "
-                        f"values without floats")
+                        f"strings; objects (jitclasses, typed lists, records) could change "
+                        f"before the reverse sweep: return their arrays and values")
     if not _differentiable_result(out_type) or types.unliteral(out_type) != glue.restype:
         raise RuleError(f"{spec.name}: fwd returns out of type {out_type}; the function "
                         f"returns {glue.restype}")

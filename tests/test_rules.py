@@ -1348,6 +1348,81 @@ def test_a_list_residual_the_caller_holds_is_copied_not_changed(caller):
         clear_rules(_gather_squares)
 
 
+@jitclass([("idx", numba.int64[:])])
+class _IndexHolder:
+    def __init__(self, idx):
+        self.idx = idx
+
+
+@jitclass([("values", numba.float64[:])])
+class _ValueHolder:
+    def __init__(self, values):
+        self.values = values
+
+
+@njit
+def _pick(x, idx):
+    return (x[idx] ** 2).sum()
+
+
+@njit
+def _pick_bwd(res, g):
+    x, idx = res
+    ct = np.zeros_like(x)
+    for k in idx:
+        ct[k] += 2.0 * g * x[k]
+    return (ct, None)
+
+
+_PICK_RESIDUALS = {
+    "jitclass-of-indices": (lambda x, idx: (_pick(x, idx), (x, _IndexHolder(idx))),
+                            lambda res, g: _pick_bwd((res[0], res[1].idx), g)),
+    "jitclass-of-floats": (lambda x, idx: (_pick(x, idx), (_ValueHolder(x), idx)),
+                           lambda res, g: _pick_bwd((res[0].values, res[1]), g)),
+    "typed-list-of-indices": (lambda x, idx: (_pick(x, idx),
+                                              (x, numba.typed.List([idx]))),
+                              lambda res, g: _pick_bwd((res[0], res[1][0]), g)),
+    "optional-indices": (lambda x, idx: (_pick(x, idx), (x, idx if x[0] > -1e300 else None)),
+                         lambda res, g: _pick_bwd((res[0], res[1]), g)),
+}
+
+
+@njit
+def _pick_then_move(x):
+    idx = np.array([0, 2])
+    s = _pick(x, idx)
+    idx[0] = 1                              # (a residual held by reference would see this)
+    return s
+
+
+@pytest.mark.parametrize("kind", list(_PICK_RESIDUALS))
+def test_residuals_in_objects_that_may_change_are_refused(kind):
+    # Found by review: an object of integers (indices in a jitclass, a typed list)
+    # was kept by reference as a residual; a write after the call changed the
+    # derivative.
+    fwd, bwd = _PICK_RESIDUALS[kind]
+    defvjp(_pick, njit(fwd), njit(bwd))
+    try:
+        with pytest.raises(RuleError, match=r"'_pick': fwd's residuals are of type .*objects "
+                                            r"\(jitclasses, typed lists, records\) could change"):
+            autodiff(Reverse, _pick_then_move, Duplicated(np.ones(3), np.zeros(3)))
+    finally:
+        clear_rules(_pick)
+
+
+def test_residuals_that_cannot_change_are_kept():
+    extra = ("note", _Activation.RELU, None, True, (1, (2, "a")), 7)
+    defvjp(_pick, njit(lambda x, idx: (_pick(x, idx), (x, idx, extra))),
+           njit(lambda res, g: _pick_bwd((res[0], res[1]), g)))
+    try:
+        x = np.array([0.5, 1.5, -0.7])
+        dx = np.zeros(3)
+        autodiff(Reverse, _pick_then_move, Duplicated(x.copy(), dx))
+        np.testing.assert_allclose(dx, [1.0, 0.0, -1.4], rtol=1e-12)
+    finally:
+        clear_rules(_pick)
+
+
 _RESIDUAL_PAIR = collections.namedtuple("_RESIDUAL_PAIR", ["a", "b"])
 
 
