@@ -185,6 +185,8 @@ class Fingerprint:
                 self.add(sorted(map(repr, const)))
             else:
                 self.add(const)
+                if isinstance(const, str) and const.isidentifier():
+                    names.add(const)            # (``getattr(module, "K")``)
         return names
 
     # -- values Numba freezes into code ----------------------------------------------
@@ -195,10 +197,11 @@ class Fingerprint:
             self.add(type(v).__name__, v)
         elif isinstance(v, np.ndarray):
             data = np.ascontiguousarray(v)
-            self.add("array", v.dtype.str, v.shape,
+            self.add("array", v.dtype.str, v.dtype.descr, v.shape,
                      hashlib.sha256(data.view(np.uint8).reshape(-1)).hexdigest())
         elif isinstance(v, np.generic):
-            self.add("scalar", v.dtype.str, v.item())
+            # (a record's ``str`` is its size only: ``descr`` names its fields)
+            self.add("scalar", v.dtype.str, v.dtype.descr, v.item())
         elif isinstance(v, (tuple, list)):
             self.add(type(v).__qualname__, len(v), getattr(type(v), "_fields", None))
             for item in v:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 import warnings
 
 import numpy as np
@@ -1317,6 +1318,35 @@ def test_the_key_covers_the_field_names_of_named_tuple_values(monkeypatch):
     monkeypatch.setitem(_reads_params.py_func.__globals__, "PARAMS", SWAPPED(1.0, 2.0))
     assert _key(_reads_params, Active(1.0)) != before
     assert _key(_reads_argument, Active(1.0), Const(SWAPPED(1.0, 2.0))) != before_argument
+
+
+_RECORDS = np.array([(2.0, 5.0)], dtype=[("a", "f8"), ("b", "f8")])
+_SETTINGS = types.ModuleType("_settings")
+_SETTINGS.K = 2.0
+
+
+@njit
+def _reads_a_record_field(v):
+    return _RECORDS[0]["a"] * v
+
+
+@njit
+def _reads_a_module_attribute_by_name(v):
+    return getattr(_SETTINGS, "K") * v
+
+
+def test_the_key_covers_record_fields_and_attributes_read_by_getattr(monkeypatch):
+    # Found by review: a record array's dtype was keyed by its size ('|V16'): its
+    # fields renamed or swapped loaded the derivative of the other field (5.2 for
+    # 13); ``getattr(module, "K")`` names K as a string, which was not keyed.
+    before = _key(_reads_a_record_field, Active(1.0))
+    swapped = np.array([(2.0, 5.0)], dtype=[("b", "f8"), ("a", "f8")])
+    assert fingerprint.value_digest(swapped[0]) != fingerprint.value_digest(_RECORDS[0])
+    monkeypatch.setitem(_reads_a_record_field.py_func.__globals__, "_RECORDS", swapped)
+    assert _key(_reads_a_record_field, Active(1.0)) != before
+    before = _key(_reads_a_module_attribute_by_name, Active(1.0))
+    monkeypatch.setattr(_SETTINGS, "K", 3.0)
+    assert _key(_reads_a_module_attribute_by_name, Active(1.0)) != before
 
 
 def test_an_installed_packages_closures_key_the_entry(tmp_path, monkeypatch):
