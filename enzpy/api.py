@@ -20,7 +20,7 @@ from .arguments import (aliasing_message, arrays_in, check_shadow, conflicting_o
                         restore_reference_fields, share_memory, star_parameter,
                         strided_like, strides_fit, unlike_shadows_message)
 from .cache import STATS
-from .errors import raise_exception_set_by
+from .errors import UnsupportedError, raise_exception_set_by
 from .pipeline import build, entries as _entries, fast_paths as _fast_paths
 from .pipeline import lock as _pipeline_lock, reports as _reports, typed_signature
 
@@ -89,7 +89,15 @@ def _dispatcher(f, caller="autodiff"):
                         f"annotated like any argument")
     found = _jitted.get(f)
     state = _values_read(f)
-    if found is None:
+    if found is not None and found[1][2] != state[2]:
+        changed = ", ".join(sorted({g.__qualname__ for g, s in found[1][2] if (g, s) not in
+                                    state[2]}))
+        raise UnsupportedError(
+            f"{f.__qualname__}: the globals or code of {changed}, which Numba compiles into "
+            f"it (register_jitable), changed since Numba compiled it: Numba keeps running "
+            f"its first compilation; restart Python to differentiate today's code")
+    if found is None or found[1][0] != state[0]:
+        # (new code: its ``__code__`` replaced, as IPython's autoreload does)
         found = _jitted[f] = [numba.njit(f), state]
     elif found[1] != state:
         # A plain function reads today's globals; Numba froze those of its first
@@ -109,13 +117,17 @@ def _names_in(code) -> set:
     return names
 
 
-def _values_read(f) -> tuple:
-    """The globals, module attributes and closure values a plain function
-    reads: a digest of each (arrays by their content), or its identity where it
-    has none (modules, functions, other objects)."""
+def _values_read(f, seen=None) -> tuple:
+    """(code, values, helpers) of a plain function: its code; a digest of
+    each global, module attribute and closure value it reads (arrays by their
+    content), or its identity where it has none (modules, dispatchers, other
+    objects); and (function, its own ``_values_read``) for the plain functions
+    among them (Numba compiles them into it: ``register_jitable``)."""
     code = getattr(f, "__code__", None)
     if code is None:
-        return ()
+        return None, (), ()
+    seen = set() if seen is None else seen
+    seen.add(id(f))
     read = sorted(_names_in(code))
     names = getattr(f, "__globals__", {})
     values = [names[n] for n in read if n in names]
@@ -145,7 +157,9 @@ def _values_read(f) -> tuple:
             return fingerprint.value_digest(v)
         except fingerprint.NotCacheable:
             return id(v)
-    return tuple(state(v) for v in values)
+    helpers = [v for v in values if isinstance(v, types.FunctionType) and id(v) not in seen]
+    return (code, tuple(state(v) for v in values),
+            tuple((g, _values_read(g, seen)) for g in helpers))
 
 
 def _annotate(arg):

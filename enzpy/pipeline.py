@@ -158,6 +158,8 @@ def _forget_recompiled():
             for table in (entries, fast_paths):
                 for key in [k for k in table if any(part is self for part in k)]:
                     del table[key]
+            # (its new overloads read today's values: not those the key vouched for)
+            _vouched.pop(id(self), None)
             # (functions enzpy compiled around it still call its old code)
             for forget in RECOMPILE_HOOKS:
                 forget(self)

@@ -1041,6 +1041,11 @@ def test_recompile_takes_the_new_globals_in_the_derivative_too():
     ((d,),) = autodiff(Reverse, f, Active(0.7))
     assert f(0.7) == pytest.approx(1.96) and d == pytest.approx(5.6, rel=1e-12)
     assert enzpy.hvp(f, 0.7, 1.0) == pytest.approx(8.0)
+    # Found by review: K set back without a recompile (Numba still runs K = 4) loaded
+    # the derivative saved for K = 1, vouched for before the recompile (1.4 for 5.6).
+    namespace["K"] = 1.0
+    ((d,),) = autodiff(Reverse, f, Active(np.float64(0.7)))
+    assert f(0.7) == pytest.approx(1.96) and d == pytest.approx(5.6, rel=1e-12)
 
 
 CACHED_GLOBALS = """

@@ -2,12 +2,13 @@
 import math
 import threading
 
+import numba
 import numpy as np
 import pytest
 from numba import njit
 
 import enzpy
-from enzpy import Active, Const, Duplicated, Forward, Reverse, autodiff
+from enzpy import Active, Const, Duplicated, Forward, Reverse, UnsupportedError, autodiff
 
 
 @njit
@@ -206,6 +207,27 @@ def test_a_plain_function_reads_todays_globals():
         assert enzpy.gradient(f, 1.0) == 3.0
         assert enzpy.gradient(f, np.float32(1.0)) == 3.0
         np.testing.assert_array_equal(enzpy.gradient(g, np.ones(2)), [5.0, 7.0])
+
+
+def test_a_plain_function_reads_todays_globals_of_the_helpers_numba_compiles_into_it():
+    # Found by review: a register_jitable helper's global changed (2 then 3: Numba keeps
+    # running 2, Python 3) gave 5.2 for 7.8; the function's own code replaced (as
+    # IPython's autoreload does) kept the first derivative (6 for 9).
+    namespace = {"register_jitable": numba.extending.register_jitable, "G": 2.0}
+    exec("@register_jitable\ndef g(x):\n    return G * x * x\n\n"
+         "def f(x):\n    return g(x)\n\ndef edited(x):\n    return 3.0 * g(x)\n",
+         namespace)
+    f = namespace["f"]
+    assert enzpy.gradient(f, 1.3) == pytest.approx(5.2)
+    namespace["G"] = 3.0            # (Numba keeps its first compilation of g: refused)
+    with pytest.raises(UnsupportedError, match=r"f: the globals or code of g, which Numba "
+                                               r"compiles into it \(register_jitable\), changed"):
+        enzpy.gradient(f, 1.3)
+    namespace["G"] = 2.0
+    f.__code__ = namespace["edited"].__code__
+    assert enzpy.gradient(f, 1.3) == pytest.approx(15.6)
+    assert autodiff(Forward, f, Duplicated(1.3, 1.0))[0] == pytest.approx(15.6)
+    assert enzpy.hvp(f, 1.3, 1.0) == pytest.approx(12.0)
 
 
 def test_a_plain_function_reads_todays_module_attributes():
