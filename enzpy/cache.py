@@ -24,7 +24,7 @@ from .analysis import (RESIZERS, ReadOnlyMemory, pointer_roots, split_loop_exits
                        pin_sign_identities, split_mixed_stores,
                        untie_carried_selects)
 from .custom import rule_for
-from .parallel import DISCARD, name_parallel_loops
+from .parallel import DISCARD, name_parallel_loops, report_failed_loops
 from .typeddict import name_dict_calls
 from .blas import BLAS_RUNTIME
 from .forward import FORWARD_RUNTIME, ForwardDerivative, ForwardGenerator
@@ -116,6 +116,7 @@ class ModuleBuilder:
         self._generating = []       # derivatives being written, outermost first
         self._caller = {}           # symbol -> the symbol whose derivative first called it
         name_parallel_loops(module)
+        self.declarations.update(report_failed_loops(module))
         name_dict_calls(module)
         self._lines = {}
         self._elements = {}

@@ -21,9 +21,13 @@ sweeps may run in any order and on any thread.
 """
 from __future__ import annotations
 
+import re
+
+from .analysis import numba_convention
 from .custom import FunctionRule, register
 from .errors import UnsupportedError
-from .ir import Function, Value, local, size_and_alignment
+from .ir import Block, Function, Instruction, Value, local, size_and_alignment
+from .memory import static_exception
 from .runtime import counted_loop
 from .tape import HEADER, POP, PUSH, TAPE_TYPE
 
@@ -32,7 +36,8 @@ PREFIX = PARALLEL_FOR + "["
 _PARAMS = [("ptr", "fn"), ("ptr", "args"), ("ptr", "dims"), ("ptr", "steps"), ("ptr", "data"),
            ("i64", "ndim"), ("i64", "count"), ("i64", "threads")]
 _TAPE_BYTES = size_and_alignment(TAPE_TYPE)[0]
-_CONTEXT = "{ ptr, ptr, ptr, i64, i64 }"   # base args, base shadow args, tapes, count, ndim
+# base args, base shadow args, tapes, count, ndim, the flag an entry that raises sets
+_CONTEXT = "{ ptr, ptr, ptr, i64, i64, ptr }"
 
 
 def name_parallel_loops(module):
@@ -48,6 +53,167 @@ def name_parallel_loops(module):
 
 def _body(name):
     return name[len(PREFIX):-1]
+
+
+# -- a schedule entry that raised --------------------------------------------------------
+# Numba's loop body ``G`` reports an exception on the thread that ran it, where
+# CPython may drop it, and stops that thread's entries; the function goes on as
+# if the loop had finished. A derivative cannot go on: the entry's tape stops
+# half-way (its reverse would read garbage). So ``G`` marks a flag (its unused
+# ``data`` argument) when an entry raises, and the function calling the loop's
+# launcher fails right after it with an exception of its own.
+LOOP_FAILED = ("an exception was raised inside a parallel loop (prange, parallel=True): "
+               "Numba reports it from its worker threads only sometimes; enzpy computed "
+               "no derivative. Run the loop with range to see the exception")
+
+
+def report_failed_loops(module) -> dict:
+    """Make the derivative of a function fail where a parallel loop it runs
+    raised (see above): ``G`` sets its flag, the launcher passes it on, the
+    caller tests it. Returns the IR definitions the checks need."""
+    launchers, flagged = set(), set()
+    for fn in module.functions.values():
+        for ins in _calls(fn):
+            if not ins.callee.startswith(PREFIX):
+                continue
+            body = module.functions.get(_body(ins.callee))
+            if body is not None and body.name not in flagged:
+                flagged.add(body.name)
+                _flag_failures(body)
+            data = ins.args[4]
+            if fn.return_type == "void" and len(fn.args) == 4 and data.kind == "arg" and \
+                    data.name == fn.args[3].name:
+                launchers.add(fn.name)
+    definitions = {}
+    for fn in module.functions.values():
+        sites = [ins for ins in _calls(fn) if ins.callee in launchers
+                 and ins.args[3].ref == "null" and ins.text.rstrip().endswith("ptr null)")]
+        if sites and numba_convention(fn):
+            exc, definitions[exc] = static_exception(RuntimeError, LOOP_FAILED)
+            definitions.update(PENDING_DEFINITIONS)
+            _fail_after(fn, sites, exc)
+    return definitions
+
+
+def _calls(fn):
+    return [ins for b in fn.blocks for ins in b.instructions if ins.opcode == "call"]
+
+
+def _ins(name, opcode, ty, text, *operands, callee="", targets=()):
+    return Instruction(name, opcode, ty, list(operands), text, callee=callee,
+                       targets=list(targets))
+
+
+def _flag_failures(body: Function):
+    """Before ``G`` reports an exception (it takes the GIL: nothing else in
+    it does), it stores 1 into its ``data`` argument, when that is not null."""
+    if len(body.args) != 4 or body.args[3].type != "ptr" or body.users.get(body.args[3].name):
+        return
+    data = body.args[3]
+    scratch = _ins("enzpy.failed.scratch", "alloca", "ptr",
+                   f'{local("enzpy.failed.scratch")} = alloca i8', Value("1", "i32", "const"))
+    scratch.source_type = "i8"
+    null = _ins("enzpy.failed.null", "icmp", "i1",
+                f'{local("enzpy.failed.null")} = icmp eq ptr {data.ref}, null',
+                data, Value("null", "ptr", "const"))
+    null.predicate = "eq"
+    target = _ins("enzpy.failed.to", "select", "ptr",
+                  f'{local("enzpy.failed.to")} = select i1 {null.value.ref}, ptr '
+                  f'{scratch.value.ref}, ptr {data.ref}', null.value, scratch.value, data)
+    marked = False
+    for block in body.blocks:
+        out = []
+        for ins in block.instructions:
+            if ins.opcode == "call" and ins.callee == "numba_gil_ensure":
+                out.append(_ins("", "store", "void", f"store i8 1, ptr {target.value.ref}",
+                                Value("1", "i8", "const"), target.value))
+                marked = True
+            out.append(ins)
+        block.instructions = out
+    if marked:
+        body.entry.instructions[:0] = [scratch, null, target]
+        _renumbered(body)
+
+
+def _fail_after(fn: Function, sites, exc):
+    """After each launcher call of ``sites`` (passed a flag instead of null):
+    if the flag is set, return the exception ``exc``."""
+    fail = "enzpy.loop.failed"
+    for n, call in enumerate(sites):
+        flag = f"enzpy.loop.flag.{n}"
+        flag_value = Value(local(flag), "ptr", "inst", flag)
+        alloca = _ins(flag, "alloca", "ptr", f"{local(flag)} = alloca i8",
+                      Value("1", "i32", "const"))
+        alloca.source_type = "i8"
+        fn.entry.instructions.insert(0, alloca)
+        block = call.block
+        at = block.instructions.index(call)
+        call.operands[3] = flag_value
+        call.text = call.text.rstrip()[:-len("ptr null)")] + f"ptr {flag_value.ref})"
+        loaded = _ins(f"{flag}.value", "load", "i8",
+                      f"{local(flag + '.value')} = load i8, ptr {flag_value.ref}", flag_value)
+        loaded.source_type = "i8"
+        failed = _ins(f"{flag}.set", "icmp", "i1",
+                      f"{local(flag + '.set')} = icmp ne i8 {loaded.value.ref}, 0",
+                      loaded.value, Value("0", "i8", "const"))
+        failed.predicate = "ne"
+        rest = f"enzpy.loop.after.{n}"
+        branch = _ins("", "br", "void", f"br i1 {failed.value.ref}, label {local(fail)}, "
+                      f"label {local(rest)}", failed.value,
+                      Value(local(rest), "label", "block", rest),
+                      Value(local(fail), "label", "block", fail), targets=(fail, rest))
+        after = Block(rest, block.instructions[at + 1:])
+        block.instructions[at:] = [
+            _ins("", "store", "void", f"store i8 0, ptr {flag_value.ref}",
+                 Value("0", "i8", "const"), flag_value), call, loaded, failed, branch]
+        fn.blocks.insert(fn.blocks.index(block) + 1, after)
+        for successor in after.terminator.targets:
+            for phi in fn.block_map[successor].instructions:
+                if phi.opcode == "phi":
+                    phi.incoming = [(v, rest if b == block.name else b) for v, b in phi.incoming]
+                    phi.text = _PHI_INCOMING.sub(
+                        lambda m: m[0] if m[1].strip('"') != block.name else
+                        f", {local(rest)} ]", phi.text)
+    # (the exception itself when Numba left it on this thread: status -1 says so)
+    pending, own = f"{fail}.pending", f"{fail}.own"
+    test = _ins(f"{fail}.set", "call", "i1", f"{local(fail + '.set')} = call i1 @{PENDING}()",
+                Value(f"@{PENDING}", "ptr", "global", PENDING), callee=PENDING)
+    excinfo = fn.args[1]
+    fn.blocks += [
+        Block(fail, [test, _ins("", "br", "void", f"br i1 {test.value.ref}, label "
+                                f"{local(pending)}, label {local(own)}", test.value,
+                                Value(local(own), "label", "block", own),
+                                Value(local(pending), "label", "block", pending),
+                                targets=(pending, own))]),
+        Block(pending, [_ins("", "ret", "void", "ret i32 -1", Value("-1", "i32", "const"))]),
+        Block(own, [_ins("", "store", "void", f"store ptr @{exc}, ptr {excinfo.ref}",
+                         Value(f"@{exc}", "ptr", "global", exc), excinfo),
+                    _ins("", "ret", "void", "ret i32 1", Value("1", "i32", "const"))])]
+    _renumbered(fn)
+
+
+PENDING = "enzpy.loop.pending"
+# Whether a Python exception is set on this thread.
+PENDING_DEFINITIONS = {
+    PENDING: f"""define internal i1 @{PENDING}() {{
+entry:
+  %gil = call i32 @PyGILState_Ensure()
+  %error = call ptr @PyErr_Occurred()
+  call void @PyGILState_Release(i32 %gil)
+  %pending = icmp ne ptr %error, null
+  ret i1 %pending
+}}""",
+    "PyErr_Occurred": "declare ptr @PyErr_Occurred()",
+    "PyGILState_Ensure": "declare i32 @PyGILState_Ensure()",
+    "PyGILState_Release": "declare void @PyGILState_Release(i32)"}
+
+
+_PHI_INCOMING = re.compile(r',\s*%("(?:[^"\\]|\\.)*"|[-\w.$]+)\s*\]')
+
+
+def _renumbered(fn: Function):
+    fn.__post_init__()
+    fn.__dict__.pop("users", None)
 
 
 class ParallelForRule(FunctionRule):
@@ -83,10 +249,24 @@ entry:
   %tapes = call ptr @calloc(i64 %n, i64 {_TAPE_BYTES})
 {_context(shadow_args, "%tapes")}
   call void @{PARALLEL_FOR}(ptr @"{wrap_aug}", ptr %args, ptr %dims, ptr %steps, ptr %ctx, i64 %ndim, i64 %count, i64 %threads)
+  %no.flag = icmp eq ptr %data, null
+  br i1 %no.flag, label %done, label %test
+test:
+  %flag = load i8, ptr %data
+  %raised = icmp ne i8 %flag, 0
+  br i1 %raised, label %drop, label %done
+drop:
+{counted_loop("free", "%n", _DISCARD_ENTRY, "dropped")}dropped:
+  call void @free(ptr %tapes)
+  br label %done
+done:
+  ; (an entry raised: no tapes, no reverse sweep; the caller fails)
+  %kept = phi ptr [ %tapes, %entry ], [ %tapes, %test ], [ null, %dropped ]
+  %kept.n = phi i64 [ %n, %entry ], [ %n, %test ], [ 0, %dropped ]
   %slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 16)
-  store ptr %tapes, ptr %slot
+  store ptr %kept, ptr %slot
   %nslot = getelementptr i8, ptr %slot, i64 8
-  store i64 %n, ptr %nslot
+  store i64 %kept.n, ptr %nslot
   ret void
 }}
 """
@@ -100,6 +280,9 @@ entry:
   %tapes = load ptr, ptr %slot
   %nslot = getelementptr i8, ptr %slot, i64 8
   %n = load i64, ptr %nslot
+  %none = icmp eq i64 %n, 0
+  br i1 %none, label %exit, label %run
+run:
 {_context(shadow_args, "%tapes")}
   %table = alloca ptr
   store ptr %tapes, ptr %table
@@ -155,7 +338,9 @@ def _context(shadow_args, tapes):
   %ctx.3 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 3
   store i64 %count, ptr %ctx.3
   %ctx.4 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 4
-  store i64 %ndim, ptr %ctx.4"""
+  store i64 %ndim, ptr %ctx.4
+  %ctx.5 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 5
+  store ptr %data, ptr %ctx.5"""
 
 
 _UNPACK = f"""  %base = load ptr, ptr %ctx
@@ -167,6 +352,8 @@ _UNPACK = f"""  %base = load ptr, ptr %ctx
   %count = load i64, ptr %ctx.3
   %ctx.4 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 4
   %ndim = load i64, ptr %ctx.4
+  %ctx.5 = getelementptr {_CONTEXT}, ptr %ctx, i32 0, i32 5
+  %flag = load ptr, ptr %ctx.5
   %loopcount = load i64, ptr %dims
   %args.j = alloca ptr, i64 %count
   %shadows.j = alloca ptr, i64 %count"""
@@ -200,7 +387,7 @@ def _augmented_entries(name, body):
   %index = add i64 %first, %j
   %tape.offset = mul i64 %index, {_TAPE_BYTES}
   %tape = getelementptr i8, ptr %tapes, i64 %tape.offset
-  call void @"{body.aug_name}"(ptr %args.j, ptr %dims.j, ptr %steps, ptr null, ptr %shadows.j, ptr %tape)"""
+  call void @"{body.aug_name}"(ptr %args.j, ptr %dims.j, ptr %steps, ptr %flag, ptr %shadows.j, ptr %tape)"""
     return f"""
 define internal void @"{name}"(ptr %args, ptr %dims, ptr %steps, ptr %ctx) {{
 setup:
@@ -259,7 +446,7 @@ define internal void @"{name}"(ptr %args, ptr %dims, ptr %steps, ptr %ctx) {{
 setup:
 {_UNPACK}
 {counted_loop("args.loop", "%count", copy, "call", index="k")}call:
-  call void @"{body.name}"(ptr %args.j, ptr %dims, ptr %steps, ptr null, ptr %shadows.j)
+  call void @"{body.name}"(ptr %args.j, ptr %dims, ptr %steps, ptr %flag, ptr %shadows.j)
   ret void
 }}
 """

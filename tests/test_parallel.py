@@ -258,3 +258,73 @@ def test_a_parallel_loop_writing_into_a_const_argument_is_refused_by_its_own_err
                                                      "Const"):
         autodiff(mode, _writes_a_const_argument, Duplicated(x, np.ones(10)),
                  Const(np.zeros(10)))
+
+
+# -- a schedule entry that raises ----------------------------------------------------------
+@njit
+def _checked(v):
+    if v < 0:
+        raise ValueError("negative entry")
+    return v
+
+
+@njit(parallel=True)
+def _sqrt_sum_checked(x):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        t = x[i] * 2.0                      # (an allocation in each iteration)
+        s += math.sqrt(_checked(t.sum()))
+    return s
+
+
+@njit(parallel=True)
+def _batch_solve(As, b):
+    acc = 0.0
+    for i in prange(As.shape[0]):
+        acc += np.linalg.solve(As[i], b)[0]
+    return acc
+
+
+@njit
+def _gradient_inside_njit(x):
+    dx = np.zeros_like(x)
+    autodiff(Reverse, _sqrt_sum_checked, Duplicated(x, dx))
+    return dx
+
+
+_RAISED = (ValueError, RuntimeError, np.linalg.LinAlgError)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_parallel_loop_whose_body_raises_fails_leaving_shadows_untouched(threads):
+    # Found by review: the reverse sweep ran over the tape of the entry that stopped
+    # half-way: zero or partial gradients (silently, under @njit), shadows written
+    # before the exception, a segfault when the entry was np.linalg.solve's.
+    # Numba reports the exception from the thread that ran the entry, which CPython
+    # may drop: either it or enzpy's own RuntimeError is raised.
+    before = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        x = np.abs(np.random.default_rng(0).normal(size=(6, 3))) + 0.1
+        x[(0, 4)[threads - 1], 1] = -10.0
+        for mode, shadow in ((Reverse, np.zeros_like(x)), (Forward, np.ones_like(x))):
+            dx = shadow.copy()
+            with pytest.raises(_RAISED, match="negative entry|inside a parallel loop"):
+                autodiff(mode, _sqrt_sum_checked, Duplicated(x, dx))
+            np.testing.assert_array_equal(dx, shadow)
+        with pytest.raises(_RAISED, match="negative entry|inside a parallel loop"):
+            _gradient_inside_njit(x)
+        As = np.random.default_rng(1).normal(size=(4, 2, 2)) + 3 * np.eye(2)
+        As[(3, 0)[threads - 1]] = [[1.0, 2.0], [2.0, 4.0]]          # singular
+        dAs = np.zeros_like(As)
+        with pytest.raises(_RAISED, match="singular|inside a parallel loop"):
+            autodiff(Reverse, _batch_solve, Duplicated(As, dAs), Const(np.array([1.0, 0.5])))
+        assert not dAs.any()
+        x[:] = np.abs(x)                    # (and nothing is left over for the next call)
+        dx = np.zeros_like(x)
+        autodiff(Reverse, _sqrt_sum_checked, Duplicated(x, dx))
+        np.testing.assert_allclose(dx, 1.0 / np.sqrt(2.0 * x.sum(axis=1, keepdims=True))
+                                   * np.ones_like(x), rtol=1e-12)
+        np.testing.assert_allclose(_gradient_inside_njit(x), dx, rtol=1e-12)
+    finally:
+        numba.set_num_threads(before)
