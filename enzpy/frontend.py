@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import numba
 from llvmlite import binding as llvm
-from numba.core import codegen, compiler, transforms, typed_passes, types
+from numba.core import codegen, compiler, lowering, transforms, typed_passes, types
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
@@ -45,7 +45,33 @@ _raw_ir: dict = {}            # mangled symbol -> IR text of the module defining
 # mangled symbol -> (dispatcher, argument types): how to lower a Numba function
 # again, for every dispatcher a compilation has called since enzpy was imported
 _dispatchers: dict = {}
+# mangled symbol -> the Python function Numba compiled under it. A symbol's uid
+# is unique in the process that compiled it only: code Numba loads from its disk
+# cache (cache=True) keeps the uid it had there, which a function compiled here
+# may have too (closures made by one factory, a module reloaded). Symbols two
+# functions claim: enzpy cannot tell their code apart (see ``_refuse_ambiguous``).
+_owners: dict = {}
+_ambiguous: set = set()
 _WRAPPER_PREFIXES = ("cpython.", "cfunc.")
+
+
+def _own(symbol, func):
+    if func is None:
+        return
+    with _lock:
+        if _owners.setdefault(symbol, func) is not func:
+            _ambiguous.add(symbol)
+
+
+def _refuse_ambiguous(symbol):
+    if symbol in _ambiguous:
+        name = getattr(_owners[symbol], "__qualname__", symbol)
+        raise UnsupportedError(
+            f"'{name}': Numba compiled two different functions of this name under one "
+            f"symbol (one loaded from its disk cache, cache=True, where another process "
+            f"numbered it: functions made by one factory, or a module reloaded); enzpy "
+            f"cannot tell which code a call runs. Compile them without cache=True, or "
+            f"restart Python")
 
 
 def _record(ir_module):
@@ -61,6 +87,7 @@ def _record(ir_module):
 def _index_dispatcher(dispatcher, args):
     cres = dispatcher.overloads.get(tuple(args))
     if cres is not None and cres.fndesc is not None:
+        _own(cres.fndesc.mangled_name, dispatcher.py_func)
         with _lock:
             _dispatchers.setdefault(cres.fndesc.mangled_name, (dispatcher, tuple(args)))
 
@@ -90,6 +117,14 @@ def _install_hooks():
         return found
 
     Dispatcher.get_call_template = get_call_template
+
+    lower_init = lowering.BaseLower.__init__
+
+    def owning_lower_init(self, context, library, fndesc, func_ir, *args, **kwargs):
+        _own(fndesc.mangled_name, getattr(func_ir.func_id, "func", None))
+        lower_init(self, context, library, fndesc, func_ir, *args, **kwargs)
+
+    lowering.BaseLower.__init__ = owning_lower_init
 
     lifting = transforms.with_lifting
 
@@ -508,6 +543,7 @@ class Lowered:
         self.cres = dispatcher.overloads[self.argtypes]
         self._typed = None
         self.symbol = self.cres.fndesc.mangled_name
+        _own(self.symbol, dispatcher.py_func)
         self.restype = self.cres.signature.return_type
         self.name = getattr(dispatcher.py_func, "__qualname__", self.symbol)
 
@@ -1047,6 +1083,7 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
     def lowered_of(symbol):
         return root if symbol == root.symbol else lowered.get(symbol)
 
+    _refuse_ambiguous(root.symbol)
     text, as_primal = _prepared(_raw_text(root), lowered_of, lambda symbol: True)
     module = llvm.parse_assembly(cgutils.normalize_ir_text(text))
     linked, references = {root.symbol}, _references_by_function(text)
@@ -1073,6 +1110,7 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
             if name in linked:      # named twice: called directly and through a pointer
                 continue
             linked.add(name)
+            _refuse_ambiguous(name)
             text = _raw_ir.get(name)
             if text is None and name in lowered:
                 text = _raw_text(lowered[name])

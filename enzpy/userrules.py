@@ -28,6 +28,7 @@ import hashlib
 import inspect
 import itertools
 import linecache
+import os
 import sys
 import threading
 import warnings
@@ -452,7 +453,12 @@ def _compile(source, namespace, name, argtypes, spec):
     namespace.setdefault("__name__", __name__)
     # (one line ahead: the file starts with the header line above the source)
     exec(compile("\n" + source, filename, "exec"), namespace)
-    disp = numba.njit(fingerprint.generated_by_enzpy(namespace[name]),
+    function = namespace[name]
+    if not filename.startswith("<"):
+        # (a name of its own: Numba's cache keeps the symbol numbered in the process
+        # that saved it, which another rule's glue of the same name may have here)
+        function.__qualname__ = f"{name}_{os.path.splitext(os.path.basename(filename))[0]}"
+    disp = numba.njit(fingerprint.generated_by_enzpy(function),
                       cache=not filename.startswith("<"))
     try:
         with frontend.enzpy_hints_hidden():

@@ -213,6 +213,72 @@ def test_a_linear_algebra_derivative_is_loaded_with_its_rule_glue_from_numbas_ca
     assert list((tmp_path / "cache" / "glue").glob("glue_*.py"))
 
 
+FACTORY = """
+from numba import njit
+
+
+def make(c):
+    @njit(cache=True)
+    def scaled_square(x):
+        return c * x * x
+    return scaled_square
+"""
+
+FACTORY_RUN = """
+import sys
+import enzpy
+from numba import njit
+from enzpy import Active, Reverse, autodiff
+import factory
+
+if sys.argv[1] == "save":
+    factory.make(2.0)(1.0)          # (saved in Numba's cache, numbered in this process)
+    raise SystemExit
+g4 = factory.make(4.0)
+g4(1.0)                             # compiled here: numbered as the saved one was
+g2 = factory.make(2.0)
+g2(1.0)                             # loaded from Numba's cache: the same symbol
+
+
+@njit
+def f4(x):
+    return g4(x)
+
+
+@njit
+def f2(x):
+    return g2(x)
+
+
+for f in (f4, f2):
+    try:
+        print(autodiff(Reverse, f, Active(1.5))[0][0])
+    except enzpy.UnsupportedError as error:
+        print("refused:", error)
+"""
+
+
+def test_two_functions_numba_compiled_under_one_symbol_are_refused(tmp_path):
+    # Found by review: a closure loaded from Numba's cache kept the symbol its
+    # saving process gave it, which another closure compiled here had too: enzpy
+    # took one's derivative for the other's (12 for 6), and saved it.
+    (tmp_path / "factory.py").write_text(FACTORY)
+    (tmp_path / "run.py").write_text(FACTORY_RUN)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+               ENZPY_CACHE_DIR=str(tmp_path / "cache"))
+    outputs = []
+    for step in ("save", "run"):
+        done = subprocess.run([sys.executable, str(tmp_path / "run.py"), step],
+                              capture_output=True, text=True, timeout=600, env=env,
+                              cwd=str(tmp_path))
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs.append(done.stdout)
+    (f4, f2) = outputs[1].splitlines()       # (f2's call made the two symbols known)
+    assert f4 == "12.0"
+    assert f2.startswith("refused: 'make.<locals>.scaled_square': Numba compiled two "
+                         "different functions"), f2
+
+
 def test_an_unreadable_numba_cache_of_the_rule_glue_is_compiled_again(tmp_path):
     """A truncated Numba cache file of the glue (in enzpy's folder) made every
     later build through the rule fail with ``InternalError``, even after the
