@@ -71,6 +71,9 @@ class Duplicated(Annotation):
 
 
 _jitted: dict = {}
+# plain function a plain function calls (register_jitable) -> its ``_values_read``
+# when first seen: Numba compiles it once per signature, with the values of then
+_helpers_seen: dict = {}
 
 
 def _dispatcher(f, caller="autodiff"):
@@ -89,13 +92,14 @@ def _dispatcher(f, caller="autodiff"):
                         f"annotated like any argument")
     found = _jitted.get(f)
     state = _values_read(f)
-    if found is not None and found[1][2] != state[2]:
-        changed = ", ".join(sorted({g.__qualname__ for g, s in found[1][2] if (g, s) not in
-                                    state[2]}))
+    changed = [helper.__qualname__ for helper, now in state[2]
+               if _helpers_seen.setdefault(helper, now) != now]
+    if changed:
         raise UnsupportedError(
-            f"{f.__qualname__}: the globals or code of {changed}, which Numba compiles into "
-            f"it (register_jitable), changed since Numba compiled it: Numba keeps running "
-            f"its first compilation; restart Python to differentiate today's code")
+            f"{f.__qualname__}: the globals or code of {', '.join(changed)}, which Numba "
+            f"compiles into it (register_jitable), changed since enzpy first saw it: Numba "
+            f"keeps running its first compilation; restart Python to differentiate "
+            f"today's code")
     if found is None or found[1][0] != state[0]:
         # (new code: its ``__code__`` replaced, as IPython's autoreload does)
         found = _jitted[f] = [numba.njit(f), state]
@@ -134,15 +138,15 @@ def _values_read(f, seen=None) -> tuple:
     # (``params.S``, ``cfg.sub.K``: attributes of modules it reads, which Numba
     # freezes too)
     modules = [v for v in values if inspect.ismodule(v)]
-    seen = {id(m) for m in modules}
+    modules_seen = {id(m) for m in modules}
     while modules:
         module = modules.pop()
         for n in read:
             if n in vars(module):
                 v = getattr(module, n)
                 values.append(v)
-                if inspect.ismodule(v) and id(v) not in seen:
-                    seen.add(id(v))
+                if inspect.ismodule(v) and id(v) not in modules_seen:
+                    modules_seen.add(id(v))
                     modules.append(v)
     for cell in getattr(f, "__closure__", None) or ():
         try:

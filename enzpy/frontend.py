@@ -59,8 +59,16 @@ def _own(symbol, func):
     if func is None:
         return
     with _lock:
-        if _owners.setdefault(symbol, func) is not func:
+        owner = _owners.setdefault(symbol, func)
+        if owner is not func and not _same_glue(owner, func):
             _ambiguous.add(symbol)
+
+
+def _same_glue(a, b) -> bool:
+    """Two copies of the glue of one of enzpy's rules (compiled from its file
+    each time it is needed: the copy loaded from Numba's cache is the same code)."""
+    return all(getattr(f, "_enzpy_generated", False) for f in (a, b)) and \
+        a.__code__ == b.__code__ and a.__code__.co_filename == b.__code__.co_filename
 
 
 def _refuse_ambiguous(symbol):

@@ -421,7 +421,8 @@ def _check_arguments(spec, argtypes):
 # (values that cannot change after the call: kept as they are)
 _IMMUTABLE = (types.Number, types.Boolean, types.NoneType, types.UnicodeType, types.Literal,
               types.EnumMember, types.NPDatetime, types.NPTimedelta, types.CharSeq,
-              types.UnicodeCharSeq)
+              types.UnicodeCharSeq, types.SliceType, types.RangeType, types.DType,
+              types.NumberClass)
 
 
 def _ownable(ty) -> bool:

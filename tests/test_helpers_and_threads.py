@@ -220,14 +220,22 @@ def test_a_plain_function_reads_todays_globals_of_the_helpers_numba_compiles_int
     f = namespace["f"]
     assert enzpy.gradient(f, 1.3) == pytest.approx(5.2)
     namespace["G"] = 3.0            # (Numba keeps its first compilation of g: refused)
-    with pytest.raises(UnsupportedError, match=r"f: the globals or code of g, which Numba "
-                                               r"compiles into it \(register_jitable\), changed"):
-        enzpy.gradient(f, 1.3)
+    for caller in (f, namespace["edited"]):     # (a function enzpy had not seen too)
+        with pytest.raises(UnsupportedError, match=r": the globals or code of g, which Numba "
+                                                   r"compiles into it \(register_jitable\)"):
+            enzpy.gradient(caller, 1.3)
     namespace["G"] = 2.0
     f.__code__ = namespace["edited"].__code__
     assert enzpy.gradient(f, 1.3) == pytest.approx(15.6)
     assert autodiff(Forward, f, Duplicated(1.3, 1.0))[0] == pytest.approx(15.6)
     assert enzpy.hvp(f, 1.3, 1.0) == pytest.approx(12.0)
+    # new code calling another helper, helpers calling each other (a RecursionError)
+    exec("@register_jitable\ndef h(x):\n    return k(x) * 2.0\n\n"
+         "@register_jitable\ndef k(x):\n    if DEBUG:\n        return h(x)\n    return x * x\n\n"
+         "def calls_h(x):\n    return h(x)\n", namespace)
+    namespace["DEBUG"] = False
+    f.__code__ = namespace["calls_h"].__code__
+    assert enzpy.gradient(f, 1.5) == pytest.approx(6.0)
 
 
 def test_a_plain_function_reads_todays_module_attributes():

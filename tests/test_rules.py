@@ -1412,7 +1412,7 @@ def test_residuals_in_objects_that_may_change_are_refused(kind):
 
 def test_residuals_that_cannot_change_are_kept():
     extra = ("note", _Activation.RELU, None, True, (1, (2, "a")), 7)
-    defvjp(_pick, njit(lambda x, idx: (_pick(x, idx), (x, idx, extra))),
+    defvjp(_pick, njit(lambda x, idx: (_pick(x, idx), (x, idx, extra, slice(0, 2), range(3)))),
            njit(lambda res, g: _pick_bwd((res[0], res[1]), g)))
     try:
         x = np.array([0.5, 1.5, -0.7])
