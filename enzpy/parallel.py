@@ -163,6 +163,8 @@ def _fail_after(fn: Function, sites, exc):
                       Value(local(rest), "label", "block", rest),
                       Value(local(fail), "label", "block", fail), targets=(fail, rest))
         after = Block(rest, block.instructions[at + 1:])
+        for moved in after.instructions:        # (a later site may be among them)
+            moved.block = after
         block.instructions[at:] = [
             _ins("", "store", "void", f"store i8 0, ptr {flag_value.ref}",
                  Value("0", "i8", "const"), flag_value), call, loaded, failed, branch]
