@@ -6,6 +6,7 @@ the results back in Enzyme.jl's shapes.
 """
 from __future__ import annotations
 
+import dis
 import inspect
 import types
 
@@ -71,8 +72,9 @@ class Duplicated(Annotation):
 
 
 _jitted: dict = {}
-# plain function a plain function calls (register_jitable) -> its ``_values_read``
-# when first seen: Numba compiles it once per signature, with the values of then
+# plain function a plain function calls (register_jitable) -> [its (code, values)
+# when enzpy compiled a caller of it, those callers' dispatchers]: Numba compiles
+# it once per signature, with the values of then
 _helpers_seen: dict = {}
 
 
@@ -92,14 +94,6 @@ def _dispatcher(f, caller="autodiff"):
                         f"annotated like any argument")
     found = _jitted.get(f)
     state = _values_read(f)
-    changed = [helper.__qualname__ for helper, now in state[2]
-               if _helpers_seen.setdefault(helper, now) != now]
-    if changed:
-        raise UnsupportedError(
-            f"{f.__qualname__}: the globals or code of {', '.join(changed)}, which Numba "
-            f"compiles into it (register_jitable), changed since enzpy first saw it: Numba "
-            f"keeps running its first compilation; restart Python to differentiate "
-            f"today's code")
     if found is None or found[1][0] != state[0]:
         # (new code: its ``__code__`` replaced, as IPython's autoreload does)
         found = _jitted[f] = [numba.njit(f), state]
@@ -108,46 +102,88 @@ def _dispatcher(f, caller="autodiff"):
         # call: compiled again (which drops its derivatives), it reads them too.
         found[0].recompile()
         found[1] = state
+    changed = _changed_helpers(state[2], found[0])
+    if changed:
+        raise UnsupportedError(
+            f"{f.__qualname__}: the globals or code of {', '.join(changed)}, which Numba "
+            f"compiles into it (register_jitable), changed since Numba compiled it: Numba "
+            f"keeps running its first compilation; restart Python to differentiate "
+            f"today's code")
     return found[0]
 
 
-def _names_in(code) -> set:
-    """The global and attribute names ``code`` reads, with those of the code
-    nested in it (comprehensions, inner functions, lambdas)."""
-    names = set(code.co_names)
+def _changed_helpers(helpers, dispatcher) -> list:
+    """The names of the plain functions ``helpers`` reaches (itself included)
+    whose code or values changed since Numba compiled a caller enzpy made."""
+    changed, pending, visited = [], list(helpers), set()
+    while pending:
+        helper = pending.pop()
+        if id(helper) in visited:
+            continue
+        visited.add(id(helper))
+        code, values, more = _values_read(helper)
+        pending += more
+        seen = _helpers_seen.get(helper)
+        if seen is None or seen[0] != (code, values) and \
+                not any(d.overloads for d in seen[1]):       # (none compiled yet)
+            _helpers_seen[helper] = [(code, values), [dispatcher]]
+        elif seen[0] != (code, values):
+            changed.append(helper.__qualname__)
+        elif all(d is not dispatcher for d in seen[1]):
+            seen[1].append(dispatcher)
+    return changed
+
+
+def _code_and_nested(code):
+    """``code`` and the code nested in it (comprehensions, inner functions, lambdas)."""
+    yield code
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _names_in(const)
-    return names
+            yield from _code_and_nested(const)
 
 
-def _values_read(f, seen=None) -> tuple:
+def _attribute_chains(code) -> list:
+    """The names the code reads, each with the attributes it reads from it
+    (``cfg.sub.K``: ('cfg', 'sub', 'K')), from its bytecode."""
+    chains = set()
+    for nested in _code_and_nested(code):
+        chain = None
+        for ins in dis.get_instructions(nested):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF"):
+                chain = (ins.argval,)
+                chains.add(chain)
+            elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and chain is not None:
+                chain += (ins.argval,)
+                chains.add(chain)
+            else:
+                chain = None
+    return sorted(chains)
+
+
+def _values_read(f) -> tuple:
     """(code, values, helpers) of a plain function: its code; a digest of
     each global, module attribute and closure value it reads (arrays by their
     content), or its identity where it has none (modules, dispatchers, other
-    objects); and (function, its own ``_values_read``) for the plain functions
-    among them (Numba compiles them into it: ``register_jitable``)."""
+    objects); and the plain functions among them (Numba compiles them into it:
+    ``register_jitable``)."""
     code = getattr(f, "__code__", None)
     if code is None:
         return None, (), ()
-    seen = set() if seen is None else seen
-    seen.add(id(f))
-    read = sorted(_names_in(code))
     names = getattr(f, "__globals__", {})
-    values = [names[n] for n in read if n in names]
+    values = []
     # (``params.S``, ``cfg.sub.K``: attributes of modules it reads, which Numba
     # freezes too)
-    modules = [v for v in values if inspect.ismodule(v)]
-    modules_seen = {id(m) for m in modules}
-    while modules:
-        module = modules.pop()
-        for n in read:
-            if n in vars(module):
-                v = getattr(module, n)
-                values.append(v)
-                if inspect.ismodule(v) and id(v) not in modules_seen:
-                    modules_seen.add(id(v))
-                    modules.append(v)
+    for chain in _attribute_chains(code):
+        if chain[0] not in names:
+            continue
+        value = names[chain[0]]
+        if len(chain) == 1:
+            values.append(value)
+        for attr in chain[1:]:
+            if not inspect.ismodule(value) or not hasattr(value, attr):
+                break
+            value = getattr(value, attr)
+            values.append(value)
     for cell in getattr(f, "__closure__", None) or ():
         try:
             values.append(cell.cell_contents)
@@ -161,9 +197,9 @@ def _values_read(f, seen=None) -> tuple:
             return fingerprint.value_digest(v)
         except fingerprint.NotCacheable:
             return id(v)
-    helpers = [v for v in values if isinstance(v, types.FunctionType) and id(v) not in seen]
     return (code, tuple(state(v) for v in values),
-            tuple((g, _values_read(g, seen)) for g in helpers))
+            tuple(v for v in values if isinstance(v, types.FunctionType)
+                  and fingerprint.library_path(v) is None))
 
 
 def _annotate(arg):

@@ -89,7 +89,7 @@ def generated_by_enzpy(fn):
     return fn
 
 
-def _library_path(v):
+def library_path(v):
     """The file of the installed library that defines and names ``v``, or None."""
     module = sys.modules.get(getattr(v, "__module__", None) or "")
     path = getattr(module, "__file__", None)
@@ -229,7 +229,7 @@ class Fingerprint:
         elif hasattr(v, "_defn") and isinstance(getattr(v, "_defn"), pytypes.FunctionType):
             self.add("intrinsic")                      # numba.extending.intrinsic
             self.function(v._defn)
-        elif (path := _library_path(v)) is not None:    # np.linalg.norm, np.sin, ...
+        elif (path := library_path(v)) is not None:    # np.linalg.norm, np.sin, ...
             self.add("library object", type(v).__qualname__, v.__module__,
                      getattr(v, "__qualname__", None) or v.__name__)
             self.unversioned |= not _versioned(path)
@@ -261,7 +261,7 @@ class Fingerprint:
 
     def _class(self, cls):
         self.add("class", getattr(cls, "__module__", ""), cls.__qualname__)
-        path = _library_path(cls)
+        path = library_path(cls)
         self.unversioned |= path is not None and not _versioned(path)
         if path is None:
             if issubclass(cls, enum.Enum):

@@ -60,15 +60,23 @@ def _own(symbol, func):
         return
     with _lock:
         owner = _owners.setdefault(symbol, func)
-        if owner is not func and not _same_glue(owner, func):
+        if owner is not func and not _same_code(owner, func):
             _ambiguous.add(symbol)
 
 
-def _same_glue(a, b) -> bool:
-    """Two copies of the glue of one of enzpy's rules (compiled from its file
-    each time it is needed: the copy loaded from Numba's cache is the same code)."""
-    return all(getattr(f, "_enzpy_generated", False) for f in (a, b)) and \
-        a.__code__ == b.__code__ and a.__code__.co_filename == b.__code__.co_filename
+def _same_code(a, b) -> bool:
+    """Two function objects of one code and closure values (what Numba's cache
+    tells its entries apart by: a cell run again in a notebook, a factory called
+    twice with one value, a module reloaded unchanged, the glue of one of
+    enzpy's rules compiled again)."""
+    code_a, code_b = getattr(a, "__code__", None), getattr(b, "__code__", None)
+    if code_a is None or code_a != code_b or code_a.co_filename != code_b.co_filename:
+        return False
+    try:
+        return [value_digest(c.cell_contents) for c in a.__closure__ or ()] == \
+            [value_digest(c.cell_contents) for c in b.__closure__ or ()]
+    except (NotCacheable, ValueError):
+        return False
 
 
 def _refuse_ambiguous(symbol):
@@ -76,10 +84,10 @@ def _refuse_ambiguous(symbol):
         name = getattr(_owners[symbol], "__qualname__", symbol)
         raise UnsupportedError(
             f"'{name}': Numba compiled two different functions of this name under one "
-            f"symbol (one loaded from its disk cache, cache=True, where another process "
-            f"numbered it: functions made by one factory, or a module reloaded); enzpy "
-            f"cannot tell which code a call runs. Compile them without cache=True, or "
-            f"restart Python")
+            f"symbol (one loaded from its disk cache, cache=True, keeps the number it was "
+            f"saved with: functions made by one factory with other values, a module "
+            f"edited and reloaded); enzpy cannot tell which code a call runs. Compile them "
+            f"without cache=True, or restart Python")
 
 
 def _record(ir_module):

@@ -255,6 +255,17 @@ for f in (f4, f2):
         print(autodiff(Reverse, f, Active(1.5))[0][0])
     except enzpy.UnsupportedError as error:
         print("refused:", error)
+factory.make(3.0)(1.0)              # (compiled and saved here; then loaded: one symbol for
+g3 = factory.make(3.0)              # two functions of one code and value, not refused)
+g3(1.0)
+
+
+@njit
+def f3(x):
+    return g3(x)
+
+
+print(autodiff(Reverse, f3, Active(1.5))[0][0])
 """
 
 
@@ -273,8 +284,8 @@ def test_two_functions_numba_compiled_under_one_symbol_are_refused(tmp_path):
                               cwd=str(tmp_path))
         assert done.returncode == 0, done.stderr[-3000:]
         outputs.append(done.stdout)
-    (f4, f2) = outputs[1].splitlines()       # (f2's call made the two symbols known)
-    assert f4 == "12.0"
+    (f4, f2, f3) = outputs[1].splitlines()       # (f2's call made the clash known)
+    assert f4 == "12.0" and f3 == "9.0"
     assert f2.startswith("refused: 'make.<locals>.scaled_square': Numba compiled two "
                          "different functions"), f2
 

@@ -238,6 +238,36 @@ def test_a_plain_function_reads_todays_globals_of_the_helpers_numba_compiles_int
     assert enzpy.gradient(f, 1.5) == pytest.approx(6.0)
 
 
+def test_plain_functions_sharing_helpers_are_not_refused():
+    # Found by review of the check above: a helper's state depended on the caller
+    # that read it first (refused for the second caller); a module attribute the
+    # helper never reads (cfg.T beside A.T) counted; a first call that failed before
+    # Numba compiled anything made a later change refused.
+    import types
+    cfg = types.ModuleType("cfg")
+    cfg.k, cfg.T = 2.0, 300.0
+    namespace = {"register_jitable": numba.extending.register_jitable, "cfg": cfg, "np": np}
+    exec("@register_jitable\ndef a(x):\n    return cfg.k * x * x\n\n"
+         "@register_jitable\ndef b(x):\n    return a(x) + 1.0\n\n"
+         "def f(x):\n    return a(x) + b(x)\n\n"
+         "def f2(x):\n    return b(x) * 2.0\n\n"
+         "def uses_T(x, A):\n    return a(x) * (A.T @ np.ones(2)).sum()\n", namespace)
+    assert enzpy.gradient(namespace["f"], 1.5) == pytest.approx(12.0)
+    assert enzpy.gradient(namespace["f2"], 1.5) == pytest.approx(12.0)
+    A = np.eye(2)
+    ((dx, _),) = autodiff(Reverse, namespace["uses_T"], Active(1.5), Const(A))
+    cfg.T = 310.0
+    ((again, _),) = autodiff(Reverse, namespace["uses_T"], Active(1.5), Const(A))
+    assert dx == again == pytest.approx(12.0)
+    exec("@register_jitable\ndef c(x):\n    return K * x\n\n"
+         "def g(x):\n    return c(x)\n", namespace)
+    namespace["K"] = 2.0
+    with pytest.raises(TypeError):
+        autodiff(Reverse, namespace["g"], Active(np.ones(3)))      # (nothing compiled)
+    namespace["K"] = 3.0
+    assert enzpy.gradient(namespace["g"], 1.5) == pytest.approx(3.0)
+
+
 def test_a_plain_function_reads_todays_module_attributes():
     # (params.S changed from 1 to 5: the derivative stayed cos(x), in gradient and hvp)
     import types
