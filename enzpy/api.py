@@ -113,8 +113,8 @@ def _dispatcher(f, caller="autodiff"):
 
 
 def _changed_helpers(helpers, dispatcher) -> list:
-    """The names of the plain functions ``helpers`` reaches (itself included)
-    whose code or values changed since Numba compiled a caller enzpy made."""
+    """The names of the plain functions among ``helpers`` and the helpers they
+    call whose code or values changed since Numba compiled a caller enzpy made."""
     changed, pending, visited = [], list(helpers), set()
     while pending:
         helper = pending.pop()
