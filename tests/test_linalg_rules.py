@@ -178,6 +178,8 @@ def test_det_and_slogdet_in_forward_mode_and_second_order(f):
     np.testing.assert_allclose(gradient(a), _fd(f, a), rtol=1e-6, atol=1e-8)
     (tangent,) = autodiff(Forward, f, Duplicated(a, v))
     assert tangent == pytest.approx(np.sum(gradient(a) * v), rel=1e-10)
+    if f is _det:
+        return          # (det's second order: test_det_second_order_through_its_cofactors_rule)
     h = 1e-5
     want = (gradient(a + h * v) - gradient(a - h * v)) / (2 * h)
     np.testing.assert_allclose(enzpy.hvp(f, a, v), want, rtol=1e-5, atol=1e-7)
