@@ -1266,9 +1266,6 @@ def _split_edge(fn, x, y):
                 moved = value
             else:
                 kept.append((value, blk))
-        ins.incoming = kept + [(moved, name)]
-        ins.operands = [v for v, _ in ins.incoming]
-        arms = ", ".join(f"[ {v.ref}, {local(b)} ]" for v, b in ins.incoming)
-        ins.text = f"{local(ins.name)} = phi {ins.type} {arms}"
+        ins.set_incoming(kept + [(moved, name)])
     br = Instruction("", "br", "void", [], f"br label {local(y)}", targets=[y])
     return Block(name, [br])

@@ -148,6 +148,13 @@ class Instruction:
     def value(self) -> Value:
         return Value(local(self.name), self.type, "inst", self.name)
 
+    def set_incoming(self, incoming):
+        """Give a phi the (value, block name) pairs ``incoming``, its text too."""
+        self.incoming = list(incoming)
+        self.operands = [v for v, _ in self.incoming]
+        arms = ", ".join(f"[ {v.ref}, {local(b)} ]" for v, b in self.incoming)
+        self.text = f"{local(self.name)} = phi {self.type} {arms}"
+
     @property
     def args(self) -> list:
         """Call arguments (the callee operand removed)."""

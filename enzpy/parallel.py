@@ -21,8 +21,6 @@ sweeps may run in any order and on any thread.
 """
 from __future__ import annotations
 
-import re
-
 from .analysis import numba_convention
 from .custom import FunctionRule, register
 from .errors import UnsupportedError
@@ -172,10 +170,8 @@ def _fail_after(fn: Function, sites, exc):
         for successor in after.terminator.targets:
             for phi in fn.block_map[successor].instructions:
                 if phi.opcode == "phi":
-                    phi.incoming = [(v, rest if b == block.name else b) for v, b in phi.incoming]
-                    phi.text = _PHI_INCOMING.sub(
-                        lambda m: m[0] if m[1].strip('"') != block.name else
-                        f", {local(rest)} ]", phi.text)
+                    phi.set_incoming((v, rest if b == block.name else b)
+                                     for v, b in phi.incoming)
     # (the exception itself when Numba left it on this thread: status -1 says so)
     pending, own = f"{fail}.pending", f"{fail}.own"
     test = _ins(f"{fail}.set", "call", "i1", f"{local(fail + '.set')} = call i1 @{PENDING}()",
@@ -209,8 +205,6 @@ entry:
     "PyGILState_Ensure": "declare i32 @PyGILState_Ensure()",
     "PyGILState_Release": "declare void @PyGILState_Release(i32)"}
 
-
-_PHI_INCOMING = re.compile(r',\s*%("(?:[^"\\]|\\.)*"|[-\w.$]+)\s*\]')
 
 
 def _renumbered(fn: Function):
