@@ -5,7 +5,9 @@ from one LU factorization of det's and slogdet's, each with a rule of its own
 against finite differences; only the triangle ``lower`` names is read by the
 triangular solve: the other one carries no derivative), cholesky's blocked
 reverse sweep, and cholesky, eigh and eigvalsh of matrices that are not symmetric
-(they read the lower triangle only)."""
+(they read the lower triangle only). Second order through LAPACK costs a minute or
+more per build: the regular run checks det's; the tests marked ``_slow`` (slogdet,
+QR, float32, lstsq in a fresh process) run with ``ENZPY_SLOW=1``."""
 import os
 import subprocess
 import sys
@@ -20,6 +22,8 @@ import enzpy
 from enzpy import Const, Duplicated, Forward, Reverse, autodiff, frontend
 from enzpy.linalg import _cholesky_adjoint, _slogdet_inverse, _trsolve
 
+SLOW = bool(os.environ.get("ENZPY_SLOW"))
+_slow = pytest.mark.skipif(not SLOW, reason="a minute or more of builds; set ENZPY_SLOW=1")
 CASES = [(lower, trans) for lower in (True, False) for trans in (False, True)]
 
 
@@ -163,9 +167,8 @@ def test_slogdet_of_a_singular_matrix_follows_its_minus_infinity():
     assert not np.isfinite(t)       # (inf times the zero entries of the direction: nan)
 
 
-@pytest.mark.parametrize("f", [_det, _logabsdet], ids=["det", "slogdet"])
-def test_det_and_slogdet_in_forward_mode_and_second_order(f):
-    # second order differentiates their jvp rules in reverse, through the rule above
+def _point_gradient(f):
+    """(a, v, the gradient of f) at a point with a negative determinant."""
     rng = np.random.default_rng(8)
     a, v = rng.standard_normal((4, 4)), rng.standard_normal((4, 4))
     a[0] *= -1.0
@@ -175,14 +178,25 @@ def test_det_and_slogdet_in_forward_mode_and_second_order(f):
         autodiff(Reverse, f, Duplicated(x, g))
         return g
 
+    return a, v, gradient
+
+
+@pytest.mark.parametrize("f", [_det, _logabsdet], ids=["det", "slogdet"])
+def test_det_and_slogdet_in_forward_mode(f):
+    a, v, gradient = _point_gradient(f)
     np.testing.assert_allclose(gradient(a), _fd(f, a), rtol=1e-6, atol=1e-8)
     (tangent,) = autodiff(Forward, f, Duplicated(a, v))
     assert tangent == pytest.approx(np.sum(gradient(a) * v), rel=1e-10)
-    if f is _det:
-        return          # (det's second order: test_det_second_order_through_its_cofactors_rule)
+
+
+@_slow
+def test_slogdet_second_order():
+    # (det's: test_det_second_order_through_its_cofactors_rule) second order
+    # differentiates slogdet's jvp rule in reverse, through the rule above
+    a, v, gradient = _point_gradient(_logabsdet)
     h = 1e-5
     want = (gradient(a + h * v) - gradient(a - h * v)) / (2 * h)
-    np.testing.assert_allclose(enzpy.hvp(f, a, v), want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(enzpy.hvp(_logabsdet, a, v), want, rtol=1e-5, atol=1e-7)
 
 
 # -- cholesky's blocked reverse sweep ---------------------------------------------------------
@@ -234,7 +248,7 @@ def _lstsq_weighted(A, b, w):
     return np.dot(w, x)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, pytest.param(np.float32, marks=_slow)])
 def test_lstsq_of_a_wide_matrix_is_the_minimum_norm_solution(dtype):
     # Fewer rows than columns: LAPACK returns x = pinv(A) b. The rule solved with
     # A^T A (singular there) and returned a wrong derivative without an error.
@@ -320,6 +334,7 @@ def test_qr_of_wide_tall_and_square_matrices_in_every_mode(shape):
     assert tangent == pytest.approx(np.sum(want * v), rel=1e-6, abs=1e-7)
 
 
+@_slow
 def test_qr_of_a_wide_matrix_second_order():
     rng = np.random.default_rng(9)
     A = rng.standard_normal((2, 4))
@@ -405,6 +420,15 @@ def test_det_second_order_through_its_cofactors_rule():
     against central differences of the gradient, and exactly at a singular
     matrix (2 <cof, v> cof + dcof[v], with dcof[v] = [[v11, -v10], [-v01, v00]]
     for 2x2), where the inverse the rule used does not exist."""
+    a, v, expected = _det_squared_point()
+    np.testing.assert_allclose(enzpy.hvp(_det_squared, a, v), expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        enzpy.hvp(_det_squared, np.array([[1.0, 2.0], [2.0, 4.0]]), np.ones((2, 2))),
+        [[9.0, -5.0], [-5.0, 3.0]], atol=1e-12)
+
+
+def _det_squared_point():
+    """(a, v, central differences of the gradient along v)."""
     rng = np.random.default_rng(3)
     a, v = rng.standard_normal((4, 4)), rng.standard_normal((4, 4))
 
@@ -413,12 +437,13 @@ def test_det_second_order_through_its_cofactors_rule():
         autodiff(Reverse, _det_squared, Duplicated(at.copy(), da))
         return da
 
-    expected = (gradient(a + 1e-6 * v) - gradient(a - 1e-6 * v)) / 2e-6
-    np.testing.assert_allclose(enzpy.hvp(_det_squared, a, v), expected, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(
-        enzpy.hvp(_det_squared, np.array([[1.0, 2.0], [2.0, 4.0]]), np.ones((2, 2))),
-        [[9.0, -5.0], [-5.0, 3.0]], atol=1e-12)
-    # float32: det is a float64 (as Numba's), its cofactors too (the rule failed to compile)
+    return a, v, (gradient(a + 1e-6 * v) - gradient(a - 1e-6 * v)) / 2e-6
+
+
+@_slow
+def test_det_second_order_in_single_precision():
+    # det is a float64 (as Numba's), its cofactors too (the rule failed to compile)
+    a, v, expected = _det_squared_point()
     single = enzpy.hvp(_det_squared, a.astype(np.float32), v.astype(np.float32))
     assert single.dtype == np.float32
     np.testing.assert_allclose(single, expected, rtol=2e-3, atol=2e-3 * np.abs(expected).max())
@@ -605,6 +630,7 @@ print(enzpy.autodiff(enzpy.Forward, f, enzpy.Duplicated(A, np.ones_like(A)), enz
 """
 
 
+@_slow
 def test_forward_mode_through_lstsq_compiled_afresh_shows_no_hint_of_enzpys(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
                ENZPY_CACHE_DIR=str(tmp_path / "enzpy"))

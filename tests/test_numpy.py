@@ -8,8 +8,12 @@ machine: every NumPy name of the corpus (``Program.covers``) at least once in re
 mode, every program tagged "composite", forward mode on about half of those
 (``_forward_subset``), and about 40 hvp programs spread over the corpus, preferring
 float64 C-contiguous variants and avoiding the few programs whose derivative builds take
-tens of seconds when a cheaper program covers the same names. ``ENZPY_SLOW=1`` runs the
-whole corpus. A case that enzpy refuses or gets wrong fails, with the reason.
+tens of seconds when a cheaper program covers the same names. The programs of
+``np.linalg.lstsq``, ``qr`` and ``pinv`` (the corpus's costliest builds) are left to
+``test_linalg_rules.py``, which checks those rules in reverse and forward mode on wide, tall,
+square and rank-deficient matrices. A program's modes run one after another in one test
+worker, sharing Numba's compilation of the program. ``ENZPY_SLOW=1`` runs the whole corpus.
+A case that enzpy refuses or gets wrong fails, with the reason.
 """
 import os
 
@@ -35,6 +39,8 @@ EXPENSIVE = frozenset({
 EXPENSIVE_HVP = frozenset({"gp_nlml_f64", "attention_f64", "roots_cubic_f64"})   # (eig: 90 s)
 # LAPACK's second order costs 20-90 s per program: the regular run keeps two.
 LINALG_HVP = frozenset({"inv_f64", "det_f64"})
+# Checked in every mode by test_linalg_rules.py (see the docstring).
+LINALG_ELSEWHERE = frozenset({"np.linalg.lstsq", "np.linalg.qr", "np.linalg.pinv"})
 
 
 def _preference(p, already):
@@ -61,8 +67,9 @@ def _cover(candidates, chosen):
 
 def regular_subset():
     """(programs run in reverse and forward mode, programs run in hvp) of the regular run."""
-    first = _cover(PROGRAMS, [p for p in PROGRAMS if "composite" in p.tags])
-    hvp_programs = [p for p in PROGRAMS if p.hvp and p.name not in EXPENSIVE_HVP and
+    programs = [p for p in PROGRAMS if not LINALG_ELSEWHERE & set(p.covers)]
+    first = _cover(programs, [p for p in programs if "composite" in p.tags])
+    hvp_programs = [p for p in programs if p.hvp and p.name not in EXPENSIVE_HVP and
                     ("linalg" not in p.tags or p.name in LINALG_HVP)]
     # one program per name, thinned evenly along the corpus to about HVP_TARGET (the
     # slow run covers every name)
@@ -74,7 +81,7 @@ def regular_subset():
 
 def _forward_subset(programs):
     """Forward mode in the regular run: the composites, the linear-algebra programs
-    (matrix-level rules of their own in forward mode) and every third remaining
+    (matrix-level rules of their own in forward mode) and every sixth remaining
     program in corpus order. The rest shares its forward-mode code (the
     instruction-level transformation and the scalar rules, which the scalar corpus
     checks in forward mode one by one) with those; ENZPY_SLOW=1 runs them all."""
@@ -82,7 +89,7 @@ def _forward_subset(programs):
         return programs
     own = [p for p in programs if "composite" in p.tags or "linalg" in p.tags]
     others = [p for p in programs if p not in own]
-    return own + others[::3]
+    return own + others[::6]
 
 
 def cases():
@@ -119,8 +126,6 @@ def check_case(name, mode):
     assert status == "ok", f"{name} [{mode}]: {status}: {detail}"
 
 
-# (forward mode runs from test_numpy_forward.py: the two files run on two test workers)
-@pytest.mark.parametrize("name,mode", [c for c in cases() if c[1] != "forward"],
-                         ids=lambda v: v)
+@pytest.mark.parametrize("name,mode", cases(), ids=lambda v: v)
 def test_numpy_program(name, mode):
     check_case(name, mode)
