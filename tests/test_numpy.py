@@ -5,7 +5,7 @@ marked hvp=True, each against finite differences (``numpy_checks.py``, shared wi
 
 The regular run is a subset chosen from the registry alone, so it is the same on every
 machine: every NumPy name of the corpus (``Program.covers``) at least once in reverse
-mode, every program tagged "composite", forward mode on about half of those
+mode, every program tagged "composite", forward mode on about a quarter of those
 (``_forward_subset``), and about 40 hvp programs spread over the corpus, preferring
 float64 C-contiguous variants and avoiding the few programs whose derivative builds take
 tens of seconds when a cheaper program covers the same names. The programs of
