@@ -206,7 +206,6 @@ entry:
     "PyGILState_Release": "declare void @PyGILState_Release(i32)"}
 
 
-
 def _renumbered(fn: Function):
     fn.__post_init__()
     fn.__dict__.pop("users", None)
