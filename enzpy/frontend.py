@@ -833,9 +833,10 @@ def dispatcher_of(symbol: str):
     return found
 
 
-# Callables (symbol, mode, builtin) -> [(dispatcher, argument types)]: more
-# functions to link beside a function (the glue of a custom derivative rule of
-# it; of enzpy's own rules too if ``builtin``).
+# Callables (symbol, modes, builtin) -> None for a function no derivative rule
+# covers (its body is differentiated), else [(dispatcher, argument types,
+# glue mode)]: the glue of its rule in ``modes`` to link beside it (of enzpy's
+# own rules too if ``builtin``); that of glue mode "hvp" is differentiated.
 EXTRA_CALLEES: list = []
 
 
@@ -1091,11 +1092,9 @@ def collect_module(root: Lowered) -> dict:
 
 def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True):
     """Link the raw IR of ``root`` and of every Numba function it reaches
-    (``lowered`` gains the glue of custom rules the derivative in ``mode``
-    calls: for the functions ``root`` reaches, and in ``hvp``, which
-    differentiates glue again, for those the glue reaches too; that of
-    enzpy's own rules only if ``builtin_glue``). Returns the module and the
-    ``OriginalBlocks`` of its functions."""
+    (``lowered`` gains the glue of the rules the derivative in ``mode`` links:
+    see ``_glue_modes``; that of enzpy's own rules only if ``builtin_glue``).
+    Returns the module and the ``OriginalBlocks`` of its functions."""
     def lowered_of(symbol):
         return root if symbol == root.symbol else lowered.get(symbol)
 
@@ -1105,19 +1104,15 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
     linked, references = {root.symbol}, _references_by_function(text)
     texts = dict.fromkeys(references, text)
     defined = {fn.name for fn in module.functions if not fn.is_declaration}
+    covered = {}        # a function a rule covers -> the glue differentiated in its place
     kernels = None
     while True:
         missing = [fn.name for fn in module.functions
                    if fn.is_declaration and fn.name not in linked
                    and not _INTRINSIC_OR_RUNTIME.match(fn.name)]
-        differentiated = linked if mode == "hvp" else _reached(module, root.symbol,
-                                                                      references)
-        for name in [fn.name for fn in module.functions if fn.name in differentiated]:
-            for extra in EXTRA_CALLEES:
-                for disp, args in extra(name, mode, builtin_glue):
-                    low = lower(disp, args)
-                    lowered.setdefault(low.symbol, low)
-                    missing.append(low.symbol)
+        missing += _glue_to_link(module, root.symbol, references, covered, lowered, mode,
+                                 builtin_glue)
+        differentiated = _reached(module, root.symbol, references, covered) - covered.keys()
         missing += [g.name[len(_UNRESOLVED):] for g in module.global_variables
                     if g.name.startswith(_UNRESOLVED)
                     and g.name[len(_UNRESOLVED):] not in linked]
@@ -1138,9 +1133,9 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
                     text = _compile_again(*kernels[name], name)[0]
             if text is None:
                 continue     # an external symbol: rules decide about it later
-            # (the glue of rules runs as it is, unless differentiated again)
-            text, skipped = _prepared(text, lowered_of,
-                                      lambda symbol: mode == "hvp" or symbol in differentiated)
+            # (what runs as it is, the bodies of functions a rule covers and the glue
+            # derivatives call, keeps its try blocks)
+            text, skipped = _prepared(text, lowered_of, differentiated.__contains__)
             as_primal |= skipped
             other = llvm.parse_assembly(cgutils.normalize_ir_text(text))
             for fn_name, names in _references_by_function(text).items():
@@ -1155,11 +1150,38 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
             added = True
         if not added:
             break
-    both = as_primal & _reached(module, root.symbol, references) if as_primal else ()
-    if mode != "hvp" and both:
+    both = as_primal & (_reached(module, root.symbol, references, covered) - covered.keys())
+    if both:
         raise UnsupportedError(f"try/except in function '{demangle(min(both))}', which both "
                                f"the function and the glue of a derivative rule call")
     return _resolve_mutual_recursion(module), OriginalBlocks(texts)
+
+
+def _glue_to_link(module, root, references, covered, lowered, mode, builtin_glue) -> list:
+    """The symbols of the glue of rules to link for the functions reached so
+    far (``covered`` and ``lowered`` gain them). First-order derivatives call
+    the glue of the rules of the functions ``root`` reaches (not in the bodies
+    of those a rule covers: those run as they are). ``hvp``, reverse mode over
+    forward mode, differentiates the forward-mode glue of those ``root``
+    reaches and calls the reverse-mode glue of those it reaches through it."""
+    first = _reached(module, root, references, covered, through_glue=False)
+    everything = _reached(module, root, references, covered) if mode == "hvp" else first
+    found = []
+    for name in [fn.name for fn in module.functions if fn.name in everything - {root}]:
+        modes = (mode,) if mode != "hvp" else ("hvp", "reverse") if name in first else \
+            ("reverse",)
+        for extra in EXTRA_CALLEES:
+            glue = extra(name, modes, builtin_glue)
+            if glue is None:
+                continue
+            followed = covered.setdefault(name, set())
+            for disp, args, glue_mode in glue:
+                low = lower(disp, args)
+                lowered.setdefault(low.symbol, low)
+                found.append(low.symbol)
+                if glue_mode == "hvp":
+                    followed.add(low.symbol)
+    return found
 
 
 _UNRESOLVED = ".numba.unresolved$"
@@ -1215,21 +1237,26 @@ def _global_names(text: str) -> set:
     return names
 
 
-def _reached(module, root, references: dict) -> set:
-    """The functions ``root`` calls or refers to, directly or not (the glue
-    of rules, which only derivative code calls, is not among them);
+def _reached(module, root, references: dict, covered: dict, through_glue=True) -> set:
+    """The functions ``root`` calls or refers to, directly or not, and those
+    a rule covers, whose bodies are not followed (they run as they are): the
+    glue differentiated in their place (``covered``) is, if ``through_glue``.
     ``references`` keeps each function's names between calls."""
     defined = {fn.name: fn for fn in module.functions}
     seen, todo = {root}, [root]
     while todo:
         name = todo.pop()
-        fn = defined.get(name)
-        if fn is None or fn.is_declaration:
-            continue
-        if name not in references:
-            references[name] = _referenced(fn)
-        for other in references[name]:
-            if other in defined and other not in seen:
+        if name in covered:
+            names = covered[name] if through_glue else ()
+        else:
+            fn = defined.get(name)
+            if fn is None or fn.is_declaration:
+                continue
+            if name not in references:
+                references[name] = _referenced(fn)
+            names = [other for other in references[name] if other in defined]
+        for other in names:
+            if other not in seen:
                 seen.add(other)
                 todo.append(other)
     return seen

@@ -257,18 +257,22 @@ def trampoline(disp):
     return _trampolines[disp]
 
 
-def glue_dispatchers(symbol, mode, builtin=True):
-    """The glue functions a derivative in ``mode`` calls for a call of
-    ``symbol``, as (dispatcher, argument types): ``frontend.link_module``
-    links their raw IR. (``hvp`` differentiates forward-mode glue in reverse
-    mode: it needs both.) Those of enzpy's own rules only if ``builtin``."""
+def glue_dispatchers(symbol, modes, builtin=True):
+    """None if no rule covers the Numba function ``symbol``; else the glue of its
+    rule whose IR a derivative links, as (dispatcher, argument types, glue mode),
+    for each of ``modes``: "reverse" (aug and rev), "forward" (fwd) and "hvp"
+    (fwd, which ``hvp`` differentiates in reverse mode). Of enzpy's own rules,
+    only the glue ``hvp`` differentiates, and only if ``builtin``: derivatives
+    call the rest by name (``_call_glue``)."""
     found_rule = rule_of(symbol)
-    if found_rule is None or (found_rule[0].builtin is not None and
-                              (mode != "hvp" or not builtin)):
-        return []           # (first-order derivatives call built-in rules' glue by name)
+    if found_rule is None:
+        return None
+    if found_rule[0].builtin is not None:
+        modes = ("hvp",) if builtin and "hvp" in modes else ()
     found = []
-    for glue_mode in ("reverse", "forward") if mode == "hvp" else (mode,):
-        found += [(g.dispatcher, g.argtypes) for g in glue_for(symbol, glue_mode)
+    for mode in modes:
+        glue_mode = "forward" if mode == "hvp" else mode
+        found += [(g.dispatcher, g.argtypes, mode) for g in glue_for(symbol, glue_mode)
                   .functions(glue_mode) if g is not None]
     return found
 

@@ -1490,3 +1490,83 @@ def test_a_rule_without_residuals():
         assert dx == 6.0
     finally:
         clear_rules(double)
+
+
+# -- whose glue a derivative needs ---------------------------------------------------------
+@njit
+def _cube(x):
+    return x * x * x
+
+
+@njit
+def _cube_fwd(x):
+    return x * x * x, x
+
+
+@njit
+def _cube_bwd(x, g):
+    return (3.0 * x * x * g,)
+
+
+@njit
+def _cube_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return x * x * x, 3.0 * x * x * t
+
+
+@njit
+def cube_plus_one(x):
+    return _cube(x) + 1.0
+
+
+@njit
+def _cube_plus_one_fwd(x):
+    return _cube(x) + 1.0, x
+
+
+@njit
+def _cube_plus_one_bwd(x, g):
+    return (3.0 * x * x * g,)
+
+
+@njit
+def _cube_plus_one_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _cube(x) + 1.0, 3.0 * x * x * t
+
+
+@njit
+def squared_cube_plus_one(x):
+    return cube_plus_one(x) ** 2
+
+
+def _glue_compiled(f) -> set:
+    """The modes for which the glue of ``f``'s rule was compiled."""
+    spec = enzpy.userrules.registered()[f.py_func]
+    return {mode for glue in enzpy.userrules._glue.values() if glue.spec is spec
+            for mode in glue._compiled or ()}
+
+
+def test_a_rule_inside_the_code_of_a_covered_function_is_not_compiled_and_second_order_uses_it():
+    # cube_plus_one's rules cover its body, which calls _cube: no derivative
+    # runs that body, so none compiles _cube's glue, except hvp, which
+    # differentiates cube_plus_one's jvp rule (calling _cube) with _cube's vjp rule.
+    defvjp(_cube, _cube_fwd, _cube_bwd)
+    defjvp(_cube, _cube_jvp)
+    defvjp(cube_plus_one, _cube_plus_one_fwd, _cube_plus_one_bwd)
+    defjvp(cube_plus_one, _cube_plus_one_jvp)
+    try:
+        points = (0.0, 0.7, -1.3)
+        for x in points:
+            (dx,), = autodiff(Reverse, squared_cube_plus_one, Active(x))
+            assert dx == pytest.approx(6.0 * x * x * (x ** 3 + 1.0))
+            (t,) = autodiff(Forward, squared_cube_plus_one, Duplicated(x, 1.0))
+            assert t == pytest.approx(dx)
+        assert _glue_compiled(_cube) == set()
+        for x in points:
+            hv = enzpy.hvp(squared_cube_plus_one, x, 0.5)
+            assert hv == pytest.approx(0.5 * (30.0 * x ** 4 + 12.0 * x), abs=1e-12)
+        assert _glue_compiled(_cube) == {"reverse"}
+    finally:
+        clear_rules(cube_plus_one)
+        clear_rules(_cube)
