@@ -1494,34 +1494,34 @@ def test_a_rule_without_residuals():
 
 # -- whose glue a derivative needs ---------------------------------------------------------
 @njit
-def _cube(x):
+def _cubed(x):
     return x * x * x
 
 
 @njit
-def _cube_fwd(x):
+def _cubed_fwd(x):
     return x * x * x, x
 
 
 @njit
-def _cube_bwd(x, g):
+def _cubed_bwd(x, g):
     return (3.0 * x * x * g,)
 
 
 @njit
-def _cube_jvp(primals, tangents):
+def _cubed_jvp(primals, tangents):
     (x,), (t,) = primals, tangents
     return x * x * x, 3.0 * x * x * t
 
 
 @njit
 def cube_plus_one(x):
-    return _cube(x) + 1.0
+    return _cubed(x) + 1.0
 
 
 @njit
 def _cube_plus_one_fwd(x):
-    return _cube(x) + 1.0, x
+    return _cubed(x) + 1.0, x
 
 
 @njit
@@ -1532,7 +1532,7 @@ def _cube_plus_one_bwd(x, g):
 @njit
 def _cube_plus_one_jvp(primals, tangents):
     (x,), (t,) = primals, tangents
-    return _cube(x) + 1.0, 3.0 * x * x * t
+    return _cubed(x) + 1.0, 3.0 * x * x * t
 
 
 @njit
@@ -1548,11 +1548,11 @@ def _glue_compiled(f) -> set:
 
 
 def test_a_rule_inside_the_code_of_a_covered_function_is_not_compiled_and_second_order_uses_it():
-    # cube_plus_one's rules cover its body, which calls _cube: no derivative
-    # runs that body, so none compiles _cube's glue, except hvp, which
-    # differentiates cube_plus_one's jvp rule (calling _cube) with _cube's vjp rule.
-    defvjp(_cube, _cube_fwd, _cube_bwd)
-    defjvp(_cube, _cube_jvp)
+    # cube_plus_one's rules cover its body, which calls _cubed: no derivative
+    # runs that body, so none compiles _cubed's glue, except hvp, which
+    # differentiates cube_plus_one's jvp rule (calling _cubed) with _cubed's vjp rule.
+    defvjp(_cubed, _cubed_fwd, _cubed_bwd)
+    defjvp(_cubed, _cubed_jvp)
     defvjp(cube_plus_one, _cube_plus_one_fwd, _cube_plus_one_bwd)
     defjvp(cube_plus_one, _cube_plus_one_jvp)
     try:
@@ -1562,11 +1562,11 @@ def test_a_rule_inside_the_code_of_a_covered_function_is_not_compiled_and_second
             assert dx == pytest.approx(6.0 * x * x * (x ** 3 + 1.0))
             (t,) = autodiff(Forward, squared_cube_plus_one, Duplicated(x, 1.0))
             assert t == pytest.approx(dx)
-        assert _glue_compiled(_cube) == set()
+        assert _glue_compiled(_cubed) == set()
         for x in points:
             hv = enzpy.hvp(squared_cube_plus_one, x, 0.5)
             assert hv == pytest.approx(0.5 * (30.0 * x ** 4 + 12.0 * x), abs=1e-12)
-        assert _glue_compiled(_cube) == {"reverse"}
+        assert _glue_compiled(_cubed) == {"reverse"}
     finally:
         clear_rules(cube_plus_one)
-        clear_rules(_cube)
+        clear_rules(_cubed)
