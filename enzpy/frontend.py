@@ -1093,8 +1093,13 @@ def collect_module(root: Lowered) -> dict:
 def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True):
     """Link the raw IR of ``root`` and of every Numba function it reaches
     (``lowered`` gains the glue of the rules the derivative in ``mode`` links:
-    see ``_glue_modes``; that of enzpy's own rules only if ``builtin_glue``).
-    Returns the module and the ``OriginalBlocks`` of its functions."""
+    see ``_glue_to_link``; that of enzpy's own rules only if ``builtin_glue``).
+    Returns the module and the ``OriginalBlocks`` of its functions.
+
+    The functions differentiated are linked first, until none is missing; only
+    then what runs as it is (the bodies of functions a rule covers, the glue
+    derivatives call, what only they reach), which cannot make another function
+    differentiated: each function is judged (``_prepared``) by the final set."""
     def lowered_of(symbol):
         return root if symbol == root.symbol else lowered.get(symbol)
 
@@ -1117,7 +1122,8 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
                     if g.name.startswith(_UNRESOLVED)
                     and g.name[len(_UNRESOLVED):] not in linked]
         added = False
-        for name in missing:
+        missing = [name for name in missing if name not in linked]
+        for name in [name for name in missing if name in differentiated] or missing:
             if name in linked:      # named twice: called directly and through a pointer
                 continue
             linked.add(name)
@@ -1133,9 +1139,9 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
                     text = _compile_again(*kernels[name], name)[0]
             if text is None:
                 continue     # an external symbol: rules decide about it later
-            # (what runs as it is, the bodies of functions a rule covers and the glue
-            # derivatives call, keeps its try blocks)
-            text, skipped = _prepared(text, lowered_of, differentiated.__contains__)
+            # (what runs as it is keeps its try blocks)
+            text, skipped = _prepared(text, lowered_of,
+                                      _differentiated_in(text, differentiated, covered))
             as_primal |= skipped
             other = llvm.parse_assembly(cgutils.normalize_ir_text(text))
             for fn_name, names in _references_by_function(text).items():
@@ -1155,6 +1161,31 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
         raise UnsupportedError(f"try/except in function '{demangle(min(both))}', which both "
                                f"the function and the glue of a derivative rule call")
     return _resolve_mutual_recursion(module), OriginalBlocks(texts)
+
+
+def _differentiated_in(text, differentiated, covered):
+    """Whether a function ``text`` defines is differentiated: in
+    ``differentiated``, or reached from one there through the text's own
+    functions (Numba's helpers lowered into their caller's module)."""
+    local = _references_by_function(text)
+    seen = {name for name in local if name in differentiated}
+    todo = list(seen)
+    while todo:
+        name = todo.pop()
+        if name in covered:
+            continue
+        for other in local[name]:
+            other = _pointed_at(other)
+            if other in local and other not in seen:
+                seen.add(other)
+                todo.append(other)
+    return lambda symbol: symbol in seen or symbol in differentiated
+
+
+def _pointed_at(name: str) -> str:
+    """The function a name refers to: a mutually recursive call goes through
+    Numba's pointer ``.numba.unresolved$<function>``."""
+    return name[len(_UNRESOLVED):] if name.startswith(_UNRESOLVED) else name
 
 
 def _glue_to_link(module, root, references, covered, lowered, mode, builtin_glue) -> list:
@@ -1254,7 +1285,8 @@ def _reached(module, root, references: dict, covered: dict, through_glue=True) -
                 continue
             if name not in references:
                 references[name] = _referenced(fn)
-            names = [other for other in references[name] if other in defined]
+            names = [_pointed_at(other) for other in references[name]
+                     if other in defined or other.startswith(_UNRESOLVED)]
         for other in names:
             if other not in seen:
                 seen.add(other)

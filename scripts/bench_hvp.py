@@ -2,7 +2,10 @@
 
 For the seed's tree evaluator (``examples/dynamic_expressions.py``) at fuse
 level 2 with 2+2, 4+4 and 8+8 operators (and fuse level 1 for reference), and
-for the scan (``examples/scan.py``), each configuration in its own process:
+for the scan (``examples/scan.py``) and for losses through NumPy's linear
+algebra (``det``, ``slogdet``, ``cholesky``: enzpy's rules, whose glue second
+order compiles too), each configuration in its own process with an empty
+cache folder:
 
 * Numba's compile of the primal (a scalar loss ``value(X, *tree)`` around the
   evaluator's ``loss``),
@@ -12,7 +15,7 @@ for the scan (``examples/scan.py``), each configuration in its own process:
 * a check of the Hessian-vector product against central differences of the
   reverse-mode gradient.
 
-    python scripts/bench_hvp.py [--configs 2:2,4:2,8:2,2:1] [--budget 900] [--out docs]
+    python scripts/bench_hvp.py [--configs scan,det,2:2,4:2] [--budget 900] [--out docs]
 
 Prints a table and writes ``<out>/hvp.csv`` and ``<out>/hvp.md``. Build times
 exclude Numba's compile (``BuildReport.total``). A configuration that exceeds
@@ -26,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -108,12 +112,56 @@ def scan_worker():
                 fd_rel_err=_fd_error(hv, grad, s0, v))
 
 
+LINALG = {
+    # name: (scalar loss of a square matrix, its description)
+    "det": ("np.linalg.det(a) ** 2 + np.linalg.det(a)", "det(a)^2 + det(a)"),
+    "slogdet": ("np.linalg.slogdet(a)[1] ** 2", "logabsdet(a)^2"),
+    "cholesky": ("np.sum(np.log(np.diag(np.linalg.cholesky(a @ a.T + 4.0 * np.eye(4)))) ** 2)",
+                 "sum(log diag chol(a a^T + 4I))^2"),
+}
+
+
+def linalg_worker(name):
+    """A loss through one of NumPy's LAPACK functions (a 4x4 matrix): its build
+    is mostly the compile of enzpy's rule glue, cold (``run_config`` gives each
+    worker an empty cache folder)."""
+    from numba import njit
+
+    import enzpy
+    from enzpy import Duplicated, Reverse, autodiff
+
+    namespace = {"np": np}
+    exec(f"def loss(a):\n    return {LINALG[name][0]}\n", namespace)
+    f = njit(namespace["loss"])
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((4, 4)) + 3.0 * np.eye(4)
+    t = time.perf_counter()
+    f(a)
+    numba_s = time.perf_counter() - t
+
+    def grad(x):
+        dx = np.zeros_like(x)
+        autodiff(Reverse, f, Duplicated(x, dx))
+        return dx
+
+    grad(a)
+    first = enzpy.build_report(f)[-1]
+    v = rng.standard_normal(a.shape)
+    hv = enzpy.hvp(f, a, v)
+    second = enzpy.build_report(f)[-1]
+    return dict(config=f"{name}: {LINALG[name][1]}", numba_s=numba_s, first_s=first.total,
+                hvp_s=second.total, first_instructions=first.primal_instructions,
+                stages=second.timings, fd_rel_err=_fd_error(hv, grad, a, v))
+
+
 def run_config(config, budget):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", config]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=budget)
-    except subprocess.TimeoutExpired:
-        return dict(config=config, error=f"over the {budget:.0f} s budget")
+    with tempfile.TemporaryDirectory() as cache:
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=budget,
+                                  env=dict(os.environ, ENZPY_CACHE_DIR=cache))
+        except subprocess.TimeoutExpired:
+            return dict(config=config, error=f"over the {budget:.0f} s budget")
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
@@ -122,8 +170,9 @@ def run_config(config, budget):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--configs", default="scan,2:1,2:2,4:2,8:2",
-                        help="comma-separated: 'scan' or k:fuse")
+    parser.add_argument("--configs", default="scan,det,slogdet,cholesky,2:1,2:2,4:2,8:2",
+                        help="comma-separated: 'scan', " + ", ".join(map(repr, LINALG))
+                        + " or k:fuse")
     parser.add_argument("--budget", type=float, default=900.0)
     parser.add_argument("--out", default=os.path.join(HERE, "..", "docs"))
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -131,6 +180,8 @@ def main():
     if args.worker:
         if args.worker == "scan":
             result = scan_worker()
+        elif args.worker in LINALG:
+            result = linalg_worker(args.worker)
         else:
             k, fuse = map(int, args.worker.split(":"))
             result = tree_worker(k, fuse)

@@ -17,7 +17,7 @@ from numba.core.runtime import _nrt_python, rtsys
 from numba.experimental import jitclass, structref
 
 from enzpy import (Active, Const, Duplicated, Forward, Reverse, UnsupportedError, autodiff,
-                   hvp, zeros_like)
+                   clear_rules, defvjp, hvp, zeros_like)
 
 X = np.linspace(0.5, 1.5, 5)
 
@@ -696,6 +696,63 @@ def test_whole_record_copies_are_refused_not_differentiated(f, dtype):
     for mode in (Reverse, Forward):
         with pytest.raises(UnsupportedError, match="assign its fields one by one"):
             autodiff(mode, f, Duplicated(s.copy(), np.zeros_like(s)), Const(c))
+
+
+@njit
+def _deeper(s, c):
+    return _record_assigned(s, c)
+
+
+@njit
+def _deeper_still(s, c):
+    return _deeper(s, c)
+
+
+@njit
+def _deepest(s, c):
+    return _deeper_still(s, c)
+
+
+@njit
+def _records_on_a_deeper_path(s, c):
+    return _deepest(s, c)
+
+
+@njit
+def _doubled(x):
+    return 2.0 * x
+
+
+@njit
+def _doubled_fwd(x):
+    # (runs as it is: its record copy is no derivative's business)
+    _record_assigned(np.zeros(3, _PAIR), np.zeros(3, _PAIR))
+    return 2.0 * x, None
+
+
+@njit
+def _doubled_bwd(res, g):
+    return (2.0 * g,)
+
+
+@njit
+def _records_and_a_rule(s, c, x):
+    return _records_on_a_deeper_path(s, c) + _doubled(x)
+
+
+def test_a_record_copy_the_glue_of_a_rule_reaches_first_is_refused_where_differentiated():
+    # the glue of _doubled's rule reaches _record_assigned in fewer calls than
+    # the function: linked as glue first, its copy went unchecked (gradient
+    # [18, 1, 0] for [0, 1, 6], the right one [0, 1, 12])
+    defvjp(_doubled, _doubled_fwd, _doubled_bwd)
+    try:
+        s = np.zeros(3, _PAIR)
+        s["b"] = [0.0, 1.0, 6.0]
+        with pytest.raises(UnsupportedError, match="'_record_assigned'.*assign its fields"):
+            autodiff(Reverse, _records_and_a_rule, Duplicated(s, np.zeros_like(s)),
+                     Const(s.copy()), Active(1.0))
+    finally:
+        clear_rules(_doubled)
 
 
 @njit

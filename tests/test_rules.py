@@ -571,6 +571,59 @@ def test_a_rule_catching_an_exception_runs_as_written_and_is_refused_when_differ
 
 
 @njit
+def _product_or_zero(a):
+    try:
+        v = _guarded_inverse(a)[0, 0]
+    except Exception:
+        v = 0.0
+    return v
+
+
+@njit
+def _one_call_deeper(a):
+    return _product_or_zero(a)
+
+
+@njit
+def _two_calls_deeper(a):
+    return _one_call_deeper(a)
+
+
+@njit
+def _tripled(x):
+    return 3.0 * x + 0.0 * _product_or_zero(np.eye(2))
+
+
+@njit
+def _tripled_fwd(x):
+    return 3.0 * x, None
+
+
+@njit
+def _tripled_bwd(res, g):
+    return (3.0 * g,)
+
+
+@njit
+def _guarded_plus_tripled(a, x):
+    return _two_calls_deeper(a) + _tripled(x)
+
+
+def test_a_try_block_the_body_of_a_covered_function_reaches_first_is_differentiated():
+    # (_tripled's body, which its rule covers, reaches _product_or_zero in fewer
+    # calls than the differentiated path: it was refused as called by both)
+    defvjp(_tripled, _tripled_fwd, _tripled_bwd)
+    try:
+        a = np.array([[2.0, 1.0], [0.5, 3.0]])
+        da = np.zeros_like(a)
+        autodiff(Reverse, _guarded_plus_tripled, Duplicated(a, da), Active(1.0))
+        inv = np.linalg.inv(a)
+        np.testing.assert_allclose(da, -np.outer(inv[:, 0], inv[0, :]).T, rtol=1e-12)
+    finally:
+        clear_rules(_tripled)
+
+
+@njit
 def _wrong_shape_bwd(res, g):
     return (np.ones(3) * g,)
 
