@@ -1111,18 +1111,21 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
     defined = {fn.name for fn in module.functions if not fn.is_declaration}
     covered = {}        # a function a rule covers -> the glue differentiated in its place
     kernels = None
+    run_as_is = set()   # the functions linked as code that is not differentiated
     while True:
-        missing = [fn.name for fn in module.functions
-                   if fn.is_declaration and fn.name not in linked
-                   and not _INTRINSIC_OR_RUNTIME.match(fn.name)]
-        missing += _glue_to_link(module, root.symbol, references, covered, lowered, mode,
+        functions = {fn.name: fn for fn in module.functions}
+        missing = [name for name, fn in functions.items()
+                   if fn.is_declaration and name not in linked
+                   and not _INTRINSIC_OR_RUNTIME.match(name)]
+        missing += _glue_to_link(functions, root.symbol, references, covered, lowered, mode,
                                  builtin_glue)
-        differentiated = _reached(module, root.symbol, references, covered) - covered.keys()
+        differentiated = _reached(functions, root.symbol, references, covered) - covered.keys()
         missing += [g.name[len(_UNRESOLVED):] for g in module.global_variables
                     if g.name.startswith(_UNRESOLVED)
                     and g.name[len(_UNRESOLVED):] not in linked]
-        added = False
         missing = [name for name in missing if name not in linked]
+        if not missing:
+            break
         for name in [name for name in missing if name in differentiated] or missing:
             if name in linked:      # named twice: called directly and through a pointer
                 continue
@@ -1140,23 +1143,27 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
             if text is None:
                 continue     # an external symbol: rules decide about it later
             # (what runs as it is keeps its try blocks)
-            text, skipped = _prepared(text, lowered_of,
-                                      _differentiated_in(text, differentiated, covered))
+            judged = _differentiated_in(text, differentiated, covered)
+            text, skipped = _prepared(text, lowered_of, judged)
             as_primal |= skipped
             other = llvm.parse_assembly(cgutils.normalize_ir_text(text))
             for fn_name, names in _references_by_function(text).items():
                 references.setdefault(fn_name, names)   # (the definition kept)
                 texts.setdefault(fn_name, text)
+                if not judged(fn_name):
+                    run_as_is.add(fn_name)
             for fn in other.functions:
                 if not fn.is_declaration:
                     linked.add(fn.name)
             _drop_duplicate_definitions(other, module, defined)
             defined.update(fn.name for fn in other.functions if not fn.is_declaration)
             module.link_in(other)
-            added = True
-        if not added:
-            break
-    both = as_primal & (_reached(module, root.symbol, references, covered) - covered.keys())
+    # (a helper another function's text defines, judged before a later caller was seen)
+    functions = {fn.name: fn for fn in module.functions}
+    late = run_as_is & (_reached(functions, root.symbol, references, covered) - covered.keys())
+    for name in late:
+        _refuse_record_copies(texts[name], lowered_of, late.__contains__)
+    both = as_primal & late
     if both:
         raise UnsupportedError(f"try/except in function '{demangle(min(both))}', which both "
                                f"the function and the glue of a derivative rule call")
@@ -1188,17 +1195,17 @@ def _pointed_at(name: str) -> str:
     return name[len(_UNRESOLVED):] if name.startswith(_UNRESOLVED) else name
 
 
-def _glue_to_link(module, root, references, covered, lowered, mode, builtin_glue) -> list:
+def _glue_to_link(functions, root, references, covered, lowered, mode, builtin_glue) -> list:
     """The symbols of the glue of rules to link for the functions reached so
     far (``covered`` and ``lowered`` gain them). First-order derivatives call
     the glue of the rules of the functions ``root`` reaches (not in the bodies
     of those a rule covers: those run as they are). ``hvp``, reverse mode over
     forward mode, differentiates the forward-mode glue of those ``root``
     reaches and calls the reverse-mode glue of those it reaches through it."""
-    first = _reached(module, root, references, covered, through_glue=False)
-    everything = _reached(module, root, references, covered) if mode == "hvp" else first
+    first = _reached(functions, root, references, covered, through_glue=False)
+    everything = _reached(functions, root, references, covered) if mode == "hvp" else first
     found = []
-    for name in [fn.name for fn in module.functions if fn.name in everything - {root}]:
+    for name in [name for name in functions if name in everything - {root}]:
         modes = (mode,) if mode != "hvp" else ("hvp", "reverse") if name in first else \
             ("reverse",)
         for extra in EXTRA_CALLEES:
@@ -1268,12 +1275,12 @@ def _global_names(text: str) -> set:
     return names
 
 
-def _reached(module, root, references: dict, covered: dict, through_glue=True) -> set:
-    """The functions ``root`` calls or refers to, directly or not, and those
-    a rule covers, whose bodies are not followed (they run as they are): the
-    glue differentiated in their place (``covered``) is, if ``through_glue``.
-    ``references`` keeps each function's names between calls."""
-    defined = {fn.name: fn for fn in module.functions}
+def _reached(defined, root, references: dict, covered: dict, through_glue=True) -> set:
+    """The functions ``root`` calls or refers to, directly or not (``defined``:
+    the module's functions by name), and those a rule covers, whose bodies are
+    not followed (they run as they are): the glue differentiated in their place
+    (``covered``) is, if ``through_glue``. ``references`` keeps each function's
+    names between calls."""
     seen, todo = {root}, [root]
     while todo:
         name = todo.pop()

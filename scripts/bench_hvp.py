@@ -3,8 +3,8 @@
 For the seed's tree evaluator (``examples/dynamic_expressions.py``) at fuse
 level 2 with 2+2, 4+4 and 8+8 operators (and fuse level 1 for reference), and
 for the scan (``examples/scan.py``) and for losses through NumPy's linear
-algebra (``det``, ``slogdet``, ``cholesky``: enzpy's rules, whose glue second
-order compiles too), each configuration in its own process with an empty
+algebra (``det``, ``slogdet``, ``cholesky``, a Kalman filter: enzpy's rules,
+whose glue second order compiles too), each configuration in its own process with an empty
 cache folder:
 
 * Numba's compile of the primal (a scalar loss ``value(X, *tree)`` around the
@@ -16,8 +16,9 @@ cache folder:
   reverse-mode gradient.
 
     python scripts/bench_hvp.py [--configs scan,det,2:2,4:2] [--budget 900] [--out docs]
+                                [--stem hvp]
 
-Prints a table and writes ``<out>/hvp.csv`` and ``<out>/hvp.md``. Build times
+Prints a table and writes ``<out>/<stem>.csv`` and ``<out>/<stem>.md``. Build times
 exclude Numba's compile (``BuildReport.total``). A configuration that exceeds
 its budget (seconds, per process) is reported as such.
 """
@@ -30,6 +31,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 import numpy as np
@@ -113,11 +115,24 @@ def scan_worker():
 
 
 LINALG = {
-    # name: (scalar loss of a square matrix, its description)
-    "det": ("np.linalg.det(a) ** 2 + np.linalg.det(a)", "det(a)^2 + det(a)"),
-    "slogdet": ("np.linalg.slogdet(a)[1] ** 2", "logabsdet(a)^2"),
-    "cholesky": ("np.sum(np.log(np.diag(np.linalg.cholesky(a @ a.T + 4.0 * np.eye(4)))) ** 2)",
-                 "sum(log diag chol(a a^T + 4I))^2"),
+    # name: (the body of a scalar loss of a square matrix ``a``, its description)
+    "det": ("return np.linalg.det(a) ** 2 + np.linalg.det(a)", "det(a)^2 + det(a)"),
+    "slogdet": ("return np.linalg.slogdet(a)[1] ** 2", "logabsdet(a)^2"),
+    "cholesky": ("return np.sum(np.log(np.diag(np.linalg.cholesky(a @ a.T + 4.0 * np.eye(4)))))"
+                 " ** 2", "sum(log diag chol(a a^T + 4I))^2"),
+    "kalman": ("""
+n = a.shape[0]
+x, p, total = np.zeros(n), np.eye(n), 0.0
+for t in range(20):
+    x = a @ x + 0.1
+    p = a @ p @ a.T + 0.1 * np.eye(n)
+    s = p + np.eye(n)
+    y = 0.05 * t - x
+    total += np.linalg.slogdet(s)[1] + y @ np.linalg.solve(s, y)
+    k = np.linalg.solve(s, p).T
+    x = x + k @ y
+    p = p - k @ p
+return total""", "Kalman filter: solve, slogdet, @ in a loop"),
 }
 
 
@@ -131,10 +146,10 @@ def linalg_worker(name):
     from enzpy import Duplicated, Reverse, autodiff
 
     namespace = {"np": np}
-    exec(f"def loss(a):\n    return {LINALG[name][0]}\n", namespace)
+    exec("def loss(a):\n" + textwrap.indent(LINALG[name][0].strip(), "    ") + "\n", namespace)
     f = njit(namespace["loss"])
     rng = np.random.default_rng(3)
-    a = rng.standard_normal((4, 4)) + 3.0 * np.eye(4)
+    a = 0.3 * rng.standard_normal((4, 4)) + np.eye(4)
     t = time.perf_counter()
     f(a)
     numba_s = time.perf_counter() - t
@@ -170,11 +185,12 @@ def run_config(config, budget):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--configs", default="scan,det,slogdet,cholesky,2:1,2:2,4:2,8:2",
+    parser.add_argument("--configs", default="scan,det,slogdet,cholesky,kalman,2:1,2:2,4:2,8:2",
                         help="comma-separated: 'scan', " + ", ".join(map(repr, LINALG))
                         + " or k:fuse")
     parser.add_argument("--budget", type=float, default=900.0)
     parser.add_argument("--out", default=os.path.join(HERE, "..", "docs"))
+    parser.add_argument("--stem", default="hvp", help="name of the CSV and Markdown files")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -206,11 +222,11 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     fields = ["config", "numba_s", "first_s", "hvp_s", "ratio", "goal_met", "fd_rel_err",
               "first_instructions", "error"]
-    with open(os.path.join(args.out, "hvp.csv"), "w", newline="") as fh:
+    with open(os.path.join(args.out, args.stem + ".csv"), "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    with open(os.path.join(args.out, "hvp.md"), "w") as fh:
+    with open(os.path.join(args.out, args.stem + ".md"), "w") as fh:
         fh.write("# hvp build time (reverse over forward) vs first-order build\n\n"
                  "Written by `python scripts/bench_hvp.py`; seconds of enzpy's build "
                  "(Numba's compile excluded), goal: hvp <= 3x first order.\n\n"
