@@ -1166,7 +1166,7 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
     both = as_primal & late
     if both:
         raise UnsupportedError(f"try/except in function '{demangle(min(both))}', which both "
-                               f"the function and the glue of a derivative rule call")
+                               f"differentiated code and code a derivative rule runs call")
     return _resolve_mutual_recursion(module), OriginalBlocks(texts)
 
 
