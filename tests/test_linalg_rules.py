@@ -5,8 +5,8 @@ from one LU factorization of det's and slogdet's, each with a rule of its own
 against finite differences; only the triangle ``lower`` names is read by the
 triangular solve: the other one carries no derivative), cholesky's blocked
 reverse sweep, and cholesky, eigh and eigvalsh of matrices that are not symmetric
-(they read the lower triangle only). lstsq compiled in a fresh process (``_slow``)
-runs with ``ENZPY_SLOW=1``."""
+(they read the lower triangle only). The tests marked ``_slow`` (QR's second order,
+float32 lstsq, lstsq compiled in a fresh process) run with ``ENZPY_SLOW=1``."""
 import os
 import subprocess
 import sys
@@ -22,7 +22,7 @@ from enzpy import Const, Duplicated, Forward, Reverse, autodiff, frontend
 from enzpy.linalg import _cholesky_adjoint, _slogdet_inverse, _trsolve
 
 SLOW = bool(os.environ.get("ENZPY_SLOW"))
-_slow = pytest.mark.skipif(not SLOW, reason="a fresh process compiling lstsq; set ENZPY_SLOW=1")
+_slow = pytest.mark.skipif(not SLOW, reason="half a minute or more; set ENZPY_SLOW=1")
 CASES = [(lower, trans) for lower in (True, False) for trans in (False, True)]
 
 
@@ -246,7 +246,7 @@ def _lstsq_weighted(A, b, w):
     return np.dot(w, x)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, pytest.param(np.float32, marks=_slow)])
 def test_lstsq_of_a_wide_matrix_is_the_minimum_norm_solution(dtype):
     # Fewer rows than columns: LAPACK returns x = pinv(A) b. The rule solved with
     # A^T A (singular there) and returned a wrong derivative without an error.
@@ -332,6 +332,7 @@ def test_qr_of_wide_tall_and_square_matrices_in_every_mode(shape):
     assert tangent == pytest.approx(np.sum(want * v), rel=1e-6, abs=1e-7)
 
 
+@_slow
 def test_qr_of_a_wide_matrix_second_order():
     rng = np.random.default_rng(9)
     A = rng.standard_normal((2, 4))
