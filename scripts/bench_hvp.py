@@ -49,12 +49,34 @@ def _fd_error(hv, grad, x, v, eps=1e-5):
     return float(np.abs(hv - fd).max() / scale)
 
 
+def _measure(config, f, x, v, *consts):
+    """Numba's compile of ``f(x, *consts)``, enzpy's first-order build (reverse
+    mode w.r.t. ``x``) and its ``hvp`` build in direction ``v``, checked
+    against central differences of the gradient."""
+    import enzpy
+    from enzpy import Const, Duplicated, Reverse, autodiff
+
+    t = time.perf_counter()
+    f(x, *consts)
+    numba_s = time.perf_counter() - t
+
+    def grad(point):
+        dx = np.zeros_like(point)
+        autodiff(Reverse, f, Duplicated(point, dx), *map(Const, consts))
+        return dx
+
+    grad(x)
+    first = enzpy.build_report(f)[-1]
+    hv = enzpy.hvp(f, x, v, *consts)
+    second = enzpy.build_report(f)[-1]
+    return dict(config=config, numba_s=numba_s, first_s=first.total, hvp_s=second.total,
+                first_instructions=first.primal_instructions, stages=second.timings,
+                fd_rel_err=_fd_error(hv, grad, x, v))
+
+
 def tree_worker(k, fuse):
     import dynamic_expressions as de
     from numba import njit
-
-    import enzpy
-    from enzpy import Const, Duplicated, Reverse, autodiff
 
     ops = de.operator_set(k)
     X = np.random.default_rng(2024).standard_normal((N_FEATURES, 100))
@@ -67,51 +89,15 @@ def tree_worker(k, fuse):
         loss(degree, constant, val, feature, op, left, right, X, out)
         return out[0]
 
-    t = time.perf_counter()
-    value(X, *tree)
-    numba_s = time.perf_counter() - t
-
-    def grad(x):
-        dx = np.zeros_like(x)
-        autodiff(Reverse, value, Duplicated(x, dx), *map(Const, tree))
-        return dx
-
-    grad(X)
-    first = enzpy.build_report(value)[-1]
     V = np.random.default_rng(1).standard_normal(X.shape)
-    hv = enzpy.hvp(value, X, V, *tree)
-    second = enzpy.build_report(value)[-1]
-    return dict(config=f"tree {k}+{k} fuse {fuse}", numba_s=numba_s, first_s=first.total,
-                hvp_s=second.total, first_instructions=first.primal_instructions,
-                stages=second.timings, fd_rel_err=_fd_error(hv, grad, X, V))
+    return _measure(f"tree {k}+{k} fuse {fuse}", value, X, V, *tree)
 
 
 def scan_worker():
     import scan as scan_example
 
-    import enzpy
-    from enzpy import Const, Duplicated, Reverse, autodiff
-
-    f = scan_example.scan_loss
-    s0 = np.array([1.0, 1.3])
-    ys = np.ones(80)
-    t = time.perf_counter()
-    f(s0, ys)
-    numba_s = time.perf_counter() - t
-
-    def grad(x):
-        dx = np.zeros_like(x)
-        autodiff(Reverse, f, Duplicated(x, dx), Const(ys))
-        return dx
-
-    grad(s0)
-    first = enzpy.build_report(f)[-1]
-    v = np.array([0.3, -0.7])
-    hv = enzpy.hvp(f, s0, v, ys)
-    second = enzpy.build_report(f)[-1]
-    return dict(config="scan T=80", numba_s=numba_s, first_s=first.total, hvp_s=second.total,
-                first_instructions=first.primal_instructions, stages=second.timings,
-                fd_rel_err=_fd_error(hv, grad, s0, v))
+    return _measure("scan T=80", scan_example.scan_loss, np.array([1.0, 1.3]),
+                    np.array([0.3, -0.7]), np.ones(80))
 
 
 LINALG = {
@@ -142,31 +128,12 @@ def linalg_worker(name):
     worker an empty cache folder)."""
     from numba import njit
 
-    import enzpy
-    from enzpy import Duplicated, Reverse, autodiff
-
     namespace = {"np": np}
     exec("def loss(a):\n" + textwrap.indent(LINALG[name][0].strip(), "    ") + "\n", namespace)
-    f = njit(namespace["loss"])
     rng = np.random.default_rng(3)
     a = 0.3 * rng.standard_normal((4, 4)) + np.eye(4)
-    t = time.perf_counter()
-    f(a)
-    numba_s = time.perf_counter() - t
-
-    def grad(x):
-        dx = np.zeros_like(x)
-        autodiff(Reverse, f, Duplicated(x, dx))
-        return dx
-
-    grad(a)
-    first = enzpy.build_report(f)[-1]
     v = rng.standard_normal(a.shape)
-    hv = enzpy.hvp(f, a, v)
-    second = enzpy.build_report(f)[-1]
-    return dict(config=f"{name}: {LINALG[name][1]}", numba_s=numba_s, first_s=first.total,
-                hvp_s=second.total, first_instructions=first.primal_instructions,
-                stages=second.timings, fd_rel_err=_fd_error(hv, grad, a, v))
+    return _measure(f"{name}: {LINALG[name][1]}", njit(namespace["loss"]), a, v)
 
 
 def run_config(config, budget):
