@@ -1119,7 +1119,7 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
                    and not _INTRINSIC_OR_RUNTIME.match(name)]
         missing += _glue_to_link(functions, root.symbol, references, covered, lowered, mode,
                                  builtin_glue)
-        differentiated = _reached(functions, root.symbol, references, covered) - covered.keys()
+        differentiated = _differentiated(functions, root.symbol, references, covered)
         missing += [g.name[len(_UNRESOLVED):] for g in module.global_variables
                     if g.name.startswith(_UNRESOLVED)
                     and g.name[len(_UNRESOLVED):] not in linked]
@@ -1160,7 +1160,7 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
             module.link_in(other)
     # (a helper another function's text defines, judged before a later caller was seen)
     functions = {fn.name: fn for fn in module.functions}
-    late = run_as_is & (_reached(functions, root.symbol, references, covered) - covered.keys())
+    late = run_as_is & _differentiated(functions, root.symbol, references, covered)
     for name in late:
         _refuse_record_copies(texts[name], lowered_of, late.__contains__)
     both = as_primal & late
@@ -1168,6 +1168,11 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
         raise UnsupportedError(f"try/except in function '{demangle(min(both))}', which both "
                                f"differentiated code and code a derivative rule runs call")
     return _resolve_mutual_recursion(module), OriginalBlocks(texts)
+
+
+def _differentiated(functions, root, references, covered) -> set:
+    """The functions whose bodies a derivative of ``root`` differentiates."""
+    return _reached(functions, root, references, covered) - covered.keys()
 
 
 def _differentiated_in(text, differentiated, covered):
