@@ -25,6 +25,7 @@ import weakref
 from contextlib import contextmanager
 
 import numba
+import numpy as np
 from llvmlite import binding as llvm
 from numba.core import codegen, compiler, lowering, transforms, typed_passes, types
 from numba.core.compiler_lock import global_compiler_lock
@@ -653,6 +654,33 @@ class Lowered:
                     return stmt.loc.line
         return None
 
+    def _refuse_reinterpreted_floats(self, fnty, sig, expr):
+        """Refuse ``a.view(dtype)`` (or ``np.frombuffer(a, dtype)``) that reads floats' memory as another dtype
+        or other memory as floats: a shadow holds derivatives, not bits, so an
+        integer stored through such a view would be copied into it (and a
+        float written as integers would take its derivative nowhere), a silently
+        wrong derivative. (Scalars' bits, ``np.float64(x).view(np.int64)``, are
+        values, which a derivative follows.)"""
+        if isinstance(fnty, types.BoundFunction) and fnty.typing_key == "array.view":
+            call, source = "ndarray.view", fnty.this.dtype
+        elif isinstance(fnty, types.Function) and fnty.typing_key is np.frombuffer:
+            call, source = "np.frombuffer", getattr(sig.args[0], "dtype", None)
+        else:
+            return
+        target = sig.return_type.dtype
+        if source == target or not any(isinstance(t, (types.Float, types.Complex))
+                                       for t in (source, target)):
+            return
+        line = getattr(getattr(expr, "loc", None), "line", None)
+        where = f" at {self.source_file}:{line}" if line else ""
+        error = UnsupportedError(
+            f"function '{self.name}' views an array of {source} as {target} "
+            f"({call}{where}): enzpy cannot follow a derivative through memory read "
+            f"or written as another dtype than it holds; convert the values instead "
+            f"(a.astype(...)), or compute the bits outside the differentiated function")
+        error.construct = call
+        raise error
+
     def callees(self):
         """(dispatcher, argtypes) of the Numba functions this one calls."""
         found = []
@@ -667,6 +695,7 @@ class Lowered:
         for expr, sig in fndesc.calltypes.items():
             func = expr._kws.get("func") if hasattr(expr, "_kws") else None
             fnty = typemap.get(getattr(func, "name", ""), None)
+            self._refuse_reinterpreted_floats(fnty, sig, expr)
             if isinstance(fnty, types.Dispatcher):
                 found.append((fnty.dispatcher, sig.args))
             elif isinstance(fnty, types.RecursiveCall):
@@ -1041,7 +1070,6 @@ def _numpy_names() -> dict:
     import cmath
     import math
 
-    import numpy as np
 
     from . import api
     names = {id(api.autodiff): "enzpy.autodiff"}

@@ -288,7 +288,9 @@ def build_markdown(results, programs):
         "The corpus differentiates real (float32, float64) values. `np.linalg` functions and "
         "matrix products of complex matrices (Numba's complex LAPACK and BLAS) are refused "
         "with an `UnsupportedError` naming the call and its line (complex values elsewhere: "
-        "see rows such as `np.complex128` and `np.angle`).",
+        "see rows such as `np.complex128` and `np.angle`). `ndarray.view` and "
+        "`np.frombuffer` to another dtype, where either dtype is a float, are refused by name "
+        "(a shadow holds derivatives, not bits); to the array's own dtype they are views.",
         "",
         f"Probe run: {len(results['programs'])} programs, enzpy at "
         f"{results.get('enzpy_version', '?')}"

@@ -272,6 +272,29 @@ def unsup_complex_inverse(a):
     return g[0, 0].real + 2.0 * g[0, 0].imag
 
 
+@njit
+def unsup_float_bits_written(x):
+    x.view(np.int64)[0] = 4607182418800017408      # the bits of 1.0
+    return x[0] * 3.0 + x[1]
+
+
+@njit
+def _copy_bits(x):
+    bits = x.view(np.uint64)
+    bits[0] = bits[1]
+    return x[0]
+
+
+@njit
+def unsup_float_bits_in_callee(x):
+    return _copy_bits(x) * x[1]
+
+
+@njit
+def unsup_frombuffer_as_float32(x):
+    return np.frombuffer(x, np.float32)[0] * x[1]
+
+
 def _line_of(f, text):
     """The source line of ``f`` holding ``text``."""
     lines, first = __import__("inspect").getsourcelines(f.py_func)
@@ -350,6 +373,18 @@ CORPUS = [
      "unsup_complex_inverse", [f"np.linalg.inv at test_unsupported.py:"
                                f"{_line_of(unsup_complex_inverse, 'inv(m)')}",
                                "complex ones are not differentiated"]),
+    # a float array's memory written as integers: the integers were copied into the
+    # shadow (derivatives [4, 1] and [8, 0] for [0, 1] and [0, 3]), in forward mode too
+    ("float_array_viewed_as_int64", unsup_float_bits_written,
+     lambda: [_dup(np.array([2.0, 5.0]))], UnsupportedError, "unsup_float_bits_written",
+     ["views an array of float64 as int64", "ndarray.view at test_unsupported.py:"
+      f"{_line_of(unsup_float_bits_written, 'x.view')}", "astype"]),
+    ("float_array_viewed_as_uint64_in_callee", unsup_float_bits_in_callee,
+     lambda: [_dup(np.array([2.0, 5.0]))], UnsupportedError, "_copy_bits",
+     ["views an array of float64 as uint64", f"{_line_of(_copy_bits, 'x.view')}"]),
+    ("float64_memory_read_as_float32", unsup_frombuffer_as_float32,
+     lambda: [_dup(np.array([2.0, 5.0]))], UnsupportedError, "unsup_frombuffer_as_float32",
+     ["views an array of float64 as float32", "np.frombuffer at test_unsupported.py:"]),
     ("generator_consumer", unsup_generator_consumer, lambda: [Active(1.5)], UnsupportedError,
      "unsup_generator_consumer", ["uses a generator", "at test_unsupported.py:"]),
 ]
