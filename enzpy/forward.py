@@ -190,7 +190,8 @@ class ForwardGenerator(DerivativeGenerator, ShadowMemory):
                 continue
             t = self.derivative(operand)
             p = partial(e, *ins.args, ins.value)
-            term = t if p == rules.ONE else e.fneg(t) if p == rules.MINUS_ONE else e.fmul(p, t)
+            term = t if p == rules.ONE else e.fneg(t) if p == rules.MINUS_ONE \
+                else rules.strong_product(e, t, p)
             total = term if total is None else e.fadd(total, term)
         return total if total is not None else e.zero(ins.type)
 

@@ -806,7 +806,7 @@ class ReverseGenerator(DerivativeGenerator, AugmentedForward, ShadowMemory):
                 self._accumulate(operand, e.fneg(adj))
             else:
                 product = e.fmul(adj, p) if self.fn.name in self.builder.recursive \
-                    else strong_product(e, adj, p)
+                    else rules.strong_product(e, adj, p)
                 self._accumulate(operand, product)
 
     def _lazy(self, v: Value, block) -> Value:
@@ -867,21 +867,6 @@ def _rewrite(ins, ops) -> str:
     # binary operators, keeping flags such as nsw / exact
     flags = re.match(r"^\s*%\S+\s*=\s*\w+((?:\s+(?:nsw|nuw|exact|disjoint))*)", ins.text)
     return f"{op}{flags.group(1) if flags else ''} {t[0]}, {ops[1].ref}"
-
-
-def strong_product(e: Emitter, adj: Value, partial: Value) -> Value:
-    """adj * partial, but 0 where adj is 0 and the partial is nan: an entry
-    ``np.nansum`` skips (a nan that went through arithmetic) gets a zero
-    adjoint. 0 * inf stays nan: an adjoint that is 0 because something
-    overflowed must not turn an infinite derivative into a silent 0. (Not in
-    recursive functions, whose reverse recurses as deep as the primal: there
-    the lean frame wins.)"""
-    product = e.fmul(adj, partial)
-    if partial.kind == "const":           # a finite constant
-        return product
-    skipped = e.define("i1", f"and i1 {e.fcmp('oeq', adj, e.zero(adj.type)).ref}, "
-                             f"{e.fcmp('uno', partial, partial).ref}")
-    return e.select(skipped, e.zero(adj.type), product)
 
 
 def zero_float_leaves(e: Emitter, root: str, ptr: Value, ty=None, path=()):

@@ -21,6 +21,22 @@ ONE = "one"
 MINUS_ONE = "minus_one"
 
 
+def strong_product(e, adj, partial):
+    """adj * partial, but 0 where adj is 0 and the partial is nan: an entry
+    ``np.nansum`` skips (a nan that went through arithmetic) gets a zero
+    adjoint, a tangent that is 0 (an exponent made of constants, ``x **
+    n.astype(float)`` at x < 0) a zero term. 0 * inf stays nan: a derivative
+    that is 0 because something overflowed must not turn an infinite derivative
+    into a silent 0. (Reverse mode uses a plain product in recursive functions,
+    whose reverse recurses as deep as the primal: there the lean frame wins.)"""
+    product = e.fmul(adj, partial)
+    if partial.kind == "const":           # a finite constant
+        return product
+    skipped = e.define("i1", f"and i1 {e.fcmp('oeq', adj, e.zero(adj.type)).ref}, "
+                             f"{e.fcmp('uno', partial, partial).ref}")
+    return e.select(skipped, e.zero(adj.type), product)
+
+
 class Rule:
     def __init__(self, *partials):
         self.partials = partials

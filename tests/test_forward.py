@@ -460,6 +460,33 @@ def test_integer_powers_float32(n):
 
 
 @njit
+def powers_by_cast_exponents(x, n):
+    return np.sum(np.power(x, n.astype(np.float64)))
+
+
+@njit
+def powers_by_copied_exponents(x, e):
+    return np.sum(x ** e.copy())
+
+
+# An exponent array made inside f from constants has a zero tangent, and the partial
+# with respect to the exponent, x**e * log(x), is nan at a negative base: the term is 0
+# (was nan; reverse mode kept the zero adjoint already).
+@pytest.mark.parametrize("f, exponents", [(powers_by_cast_exponents, np.array([2, 3])),
+                                          (powers_by_copied_exponents, np.array([2.0, 3.0]))])
+def test_a_constant_float_exponent_at_a_negative_base(f, exponents):
+    x, direction = np.array([-1.5, 2.0]), np.array([0.3, -1.1])
+    expected = 2 * -1.5 * 0.3 + 3 * 2.0 ** 2 * -1.1
+    (t,) = autodiff(Forward, f, Duplicated(x.copy(), direction), Const(exponents))
+    assert t == pytest.approx(expected, rel=1e-13)
+    dx = np.zeros(2)
+    autodiff(Reverse, f, Duplicated(x.copy(), dx), Const(exponents))
+    assert dx == pytest.approx([2 * -1.5, 3 * 2.0 ** 2], rel=1e-13)
+    hv = enzpy.hvp(f, x.copy(), direction, Const(exponents))
+    assert hv == pytest.approx([2 * 0.3, 6 * 2.0 * -1.1], rel=1e-13)
+
+
+@njit
 def f32_chain(x, y):
     z = x * y + np.float32(0.5) * math.sin(x)
     acc = np.float32(0.0)
