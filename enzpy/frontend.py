@@ -506,6 +506,44 @@ def data_pointer_types(ctx, argtypes, restype) -> dict:
     return table
 
 
+def off_stride_records(numba_types) -> list:
+    """The record dtypes among ``numba_types`` (arrays of them, tuples, lists)
+    holding floats not all at offsets that are multiples of their size (a
+    packed dtype, NumPy's default): a bulk copy of such records is not a copy
+    of an array of floats, which is how derivatives of copies move."""
+    found = []
+
+    def visit(ty):
+        if isinstance(ty, (types.Array, types.NestedArray, types.List)):
+            visit(ty.dtype)
+        elif isinstance(ty, types.BaseTuple):
+            for t in set(ty.types):
+                visit(t)
+        elif isinstance(ty, types.Record) and ty not in found \
+                and not _on_float_stride(ty, 0, ty.size):
+            found.append(ty)
+
+    for ty in numba_types:
+        visit(ty)
+    return found
+
+
+def _on_float_stride(ty, offset, stride) -> bool:
+    """Whether every float of ``ty`` at ``offset`` (repeated every ``stride``
+    bytes) sits at a multiple of its own size."""
+    if isinstance(ty, types.Record):
+        return all(_on_float_stride(f.type, offset + f.offset, stride)
+                   for f in ty.fields.values())
+    if isinstance(ty, types.NestedArray):
+        size = ty.dtype.size if isinstance(ty.dtype, types.Record) else ty.dtype.bitwidth // 8
+        return _on_float_stride(ty.dtype, offset, stride) and \
+            (ty.nitems <= 1 or _on_float_stride(ty.dtype, offset, size))
+    if isinstance(ty, (types.Float, types.Complex)):
+        part = ty.bitwidth // 8 // (2 if isinstance(ty, types.Complex) else 1)
+        return offset % part == 0 and stride % part == 0
+    return True
+
+
 def _list_element(dtype):
     """What the items of a list of ``dtype`` hold: one float type (with integers
     beside it in a tuple), ``'int'`` for integers and booleans alone, else None."""
@@ -625,6 +663,12 @@ class Lowered:
 
     def data_pointer_types(self, ctx) -> dict:
         return data_pointer_types(ctx, self.argtypes, self.restype)
+
+    @functools.cached_property
+    def off_stride_records(self) -> list:
+        """``off_stride_records`` of the types of this function's values."""
+        return off_stride_records(list(self.typed_fndesc().typemap.values())
+                                  + list(self.argtypes) + [self.restype])
 
     def typed_fndesc(self):
         """The function descriptor with Numba's typing; a function loaded from

@@ -518,7 +518,10 @@ class ShadowMemory:
                 unknown = True
         found.discard(None)
         found.discard("int")
-        if found == {"ptr"} or (len(found) == 1 and found <= {"double", "float"}):
+        if found == {"ptr"}:
+            return "ptr"
+        if len(found) == 1 and found <= {"double", "float"}:
+            self._refuse_off_stride_records(ins)
             return found.pop()
         if found:
             raise UnsupportedError(f"`{ins.text}` copies memory holding both pointers and "
@@ -526,6 +529,19 @@ class ShadowMemory:
         if unknown and not typed_ints:      # (the copy moves an integer array's bytes)
             raise UnsupportedError(f"cannot tell what `{ins.text}` copies{self._where(ins)}")
         return None
+
+    def _refuse_off_stride_records(self, ins):
+        """A copy of floats moves their derivatives as an array of floats: refuse
+        it where the function holds records whose floats are off that stride
+        (``frontend.off_stride_records``), which it would scramble."""
+        low = self.builder.lowered.get(self.fn.name)
+        packed = low.off_stride_records if low is not None else []
+        if packed:
+            raise UnsupportedError(
+                f"a bulk copy (`{ins.text.strip()}`){self._where(ins)}, which holds records "
+                f"of a packed dtype ({packed[0]}): their floats are not at multiples of "
+                f"their size, and a copy's derivative moves whole floats; make the dtype "
+                f"with np.dtype(..., align=True)")
 
     def _merged_roots(self, roots) -> set:
         """``roots`` with the roots of what each phi or select among them picks
