@@ -699,12 +699,12 @@ class Lowered:
         return None
 
     def _refuse_reinterpreted_floats(self, fnty, sig, expr):
-        """Refuse ``a.view(dtype)`` (or ``np.frombuffer(a, dtype)``) that reads floats' memory as another dtype
-        or other memory as floats: a shadow holds derivatives, not bits, so an
-        integer stored through such a view would be copied into it (and a
-        float written as integers would take its derivative nowhere), a silently
-        wrong derivative. (Scalars' bits, ``np.float64(x).view(np.int64)``, are
-        values, which a derivative follows.)"""
+        """Refuse ``a.view(dtype)`` (or ``np.frombuffer(a, dtype)``) that reads
+        floats' memory as another dtype or other memory as floats: a shadow
+        holds derivatives, not bits, so an integer stored through such a view
+        would be copied into it (and a float written as integers would take its
+        derivative nowhere), a silently wrong derivative. (Scalars' bits,
+        ``np.float64(x).view(np.int64)``, are values, which a derivative follows.)"""
         if isinstance(fnty, types.BoundFunction) and fnty.typing_key == "array.view":
             call, source = "ndarray.view", fnty.this.dtype
         elif isinstance(fnty, types.Function) and fnty.typing_key is np.frombuffer:
@@ -1113,7 +1113,6 @@ def _numpy_names() -> dict:
     code may call)."""
     import cmath
     import math
-
 
     from . import api
     names = {id(api.autodiff): "enzpy.autodiff"}
