@@ -23,6 +23,7 @@ from numba.core.callconv import excinfo_t
 from numba.core.compiler import CompileResult
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic
+from numba.np.arrayobj import _empty_nd_impl
 
 from .ir import parse
 
@@ -136,6 +137,8 @@ def numba_entry(target, argtypes, adjoint_types, restype, tangent=False, name="e
                                                               "enzpy derivative"),
                                      llir.PointerType(fnty))
             out = cgutils.alloca_once(builder, out_ty)
+            # (a tangent the derivative does not write stays zero: see _zeros_for_null)
+            builder.store(llir.Constant(out_ty, None), out)
             excinfo = cgutils.alloca_once(builder, llir.PointerType(excinfo_t))
             code = builder.call(fn, [out, excinfo] + flat)
             status = context.call_conv._get_return_status(builder, code, builder.load(excinfo))
@@ -156,6 +159,8 @@ def numba_entry(target, argtypes, adjoint_types, restype, tangent=False, name="e
                     values.append(context.get_dummy_value())
                 else:
                     values.append(context.data_model_manager[ty].from_return(builder, raw))
+            if tangent:
+                values[-2] = _zeros_for_null(context, builder, restype, values[-2], values[-1])
             values.append(builder.extract_value(packed, len(fields)))
             return context.make_tuple(builder, result, values)
         return result(*args), codegen
@@ -165,6 +170,30 @@ def numba_entry(target, argtypes, adjoint_types, restype, tangent=False, name="e
     namespace.update(typer=typer, intrinsic=intrinsic)
     exec(namespace.pop("source"), namespace)
     return njit(result(*argtypes), cache=False)(namespace[name])
+
+
+def _zeros_for_null(context, builder, ty, tangent, primal):
+    """``tangent`` with each array in it that has no memory replaced by zeros
+    shaped like ``primal``'s: the tangent of a result that does not depend on
+    the differentiated inputs (a Const argument returned, a global array) is
+    the zero derivative, which has no memory inside derivatives."""
+    if isinstance(ty, types.BaseTuple):
+        for i, item in enumerate(ty):
+            zeroed = _zeros_for_null(context, builder, item, builder.extract_value(tangent, i),
+                                     builder.extract_value(primal, i))
+            tangent = builder.insert_value(tangent, zeroed, i)
+        return tangent
+    if not isinstance(ty, types.Array):
+        return tangent
+    slot = cgutils.alloca_once_value(builder, tangent)
+    memory = context.make_array(ty)(context, builder, value=tangent).data
+    with builder.if_then(cgutils.is_null(builder, memory), likely=False):
+        shape = cgutils.unpack_tuple(builder, context.make_array(ty)(context, builder,
+                                                                     value=primal).shape)
+        zeros = _empty_nd_impl(context, builder, ty.copy(layout="C"), shape)
+        cgutils.memset(builder, zeros.data, builder.mul(zeros.itemsize, zeros.nitems), 0)
+        builder.store(zeros._getvalue(), slot)
+    return builder.load(slot)
 
 
 def _entry_source(name, n) -> dict:

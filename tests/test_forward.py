@@ -1170,3 +1170,62 @@ def test_a_zero_tangent_into_an_infinite_partial_is_nan_not_zero(f):
     assert math.isnan(tangent)
     tangent, = autodiff(Forward, f, Duplicated(0.5, 1.0))
     assert tangent == pytest.approx(1.0, rel=1e-12)
+
+
+_GLOBAL_TABLE = np.array([10.0, 11.0, 12.0])
+
+
+@njit
+def _returns_its_constant(x, c):
+    return c
+
+
+@njit
+def _returns_a_view_of_its_constant(x, c):
+    return c[::2]
+
+
+@njit
+def _returns_its_constant_on_one_branch(x, c):
+    if x[0] > 0:
+        return c
+    return x[:3] * 2.0
+
+
+@njit
+def _returns_a_global_array(x, c):
+    return _GLOBAL_TABLE
+
+
+@njit
+def _returns_a_tuple_with_its_constant(x, c):
+    return x * 2.0, c
+
+
+@pytest.mark.parametrize("f", [_returns_its_constant, _returns_a_view_of_its_constant,
+                               _returns_its_constant_on_one_branch, _returns_a_global_array])
+def test_a_result_that_does_not_depend_on_the_inputs_has_a_zero_tangent(f):
+    # the tangent was never written: stale stack memory came back (the constant's or a
+    # global's values, 4.6e-310, the previous call's shadow), in jacobian's forward mode too
+    x, c = np.array([0.1, 0.2, 0.3]), np.arange(1.0, 4.0)
+    for _ in range(2):
+        (t,) = autodiff(Forward, f, Duplicated(x.copy(), np.array([1.0, 0.0, 0.0])),
+                        Const(c.copy()))
+        assert t.shape == f(x, c).shape and not t.any()
+    np.testing.assert_array_equal(enzpy.jacobian(f, x.copy(), c.copy()),
+                                  np.zeros(f(x, c).shape + (3,)))
+    (t,) = autodiff(Forward, _returns_its_constant_on_one_branch,
+                    Duplicated(-x, np.array([1.0, 0.0, 0.0])), Const(c.copy()))
+    np.testing.assert_array_equal(t, [2.0, 0.0, 0.0])
+
+
+def test_the_constant_half_of_a_tuple_result_has_a_zero_tangent():
+    x, c = np.array([0.1, 0.2, 0.3]), np.arange(1.0, 4.0)
+    (t,) = autodiff(Forward, _returns_a_tuple_with_its_constant,
+                    Duplicated(x.copy(), np.array([1.0, 0.0, 0.0])), Const(c.copy()))
+    np.testing.assert_array_equal(t[0], [2.0, 0.0, 0.0])
+    np.testing.assert_array_equal(t[1], np.zeros(3))
+    (t, y) = autodiff(ForwardWithPrimal, _returns_its_constant, Duplicated(0.5, 1.0),
+                      Const(c.copy()))
+    np.testing.assert_array_equal(t, np.zeros(3))
+    np.testing.assert_array_equal(y, c)
