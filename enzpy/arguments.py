@@ -312,25 +312,42 @@ def _same_memory(now, before) -> bool:
     return _object_fields(now) is not None and object_address(now) == object_address(before)
 
 
+def _holds_references(value) -> bool:
+    """Whether ``value`` is an array or an object, or a tuple holding one."""
+    if isinstance(value, tuple):
+        return any(_holds_references(v) for v in value)
+    return isinstance(value, np.ndarray) or _object_fields(value) is not None
+
+
 def reference_fields(obj) -> list:
-    """(object, name, value) of the fields holding arrays or objects, of the
-    jitclass and structref objects ``obj`` is or holds (as ``objects_in``
-    walks it)."""
-    fields = []
-    for holder in objects_in(obj):
-        for name in _object_fields(holder):
-            value = getattr(holder, name)
-            if isinstance(value, np.ndarray) or _object_fields(value) is not None:
-                fields.append((holder, name, value))
-    return fields
+    """(object, name, value) of the fields holding arrays or objects (tuples of
+    them included), of the jitclass and structref objects ``obj`` is or holds
+    (as ``objects_in`` walks it)."""
+    return [(holder, name, getattr(holder, name)) for holder in objects_in(obj)
+            for name in _object_fields(holder) if _holds_references(getattr(holder, name))]
+
+
+def _restored(now, before):
+    """``now`` with each array or object that is not the one ``before`` held
+    there replaced by that one (in a tuple item by item: its floats are kept)."""
+    if isinstance(before, tuple):
+        if not (isinstance(now, tuple) and len(now) == len(before)):
+            return before
+        items = [_restored(n, b) if _holds_references(b) else n for n, b in zip(now, before)]
+        if all(i is n for i, n in zip(items, now)):
+            return now
+        return before._make(items) if hasattr(before, "_make") else tuple(items)
+    return now if _same_memory(now, before) else before
 
 
 def restore_reference_fields(fields):
     """Point the fields (``reference_fields`` before a call) that the call made
     refer to another array or object back to the one they held."""
     for obj, name, value in fields:
-        if not _same_memory(getattr(obj, name), value):
-            setattr(obj, name, value)
+        now = getattr(obj, name)
+        restored = _restored(now, value)
+        if restored is not now:
+            setattr(obj, name, restored)
 
 
 def conflicting_objects(pairs):

@@ -1098,6 +1098,66 @@ def test_reassigned_object_field_gets_its_derivative_in_the_shadow_object():
     assert do.inner.w.ctypes.data == passed.w.ctypes.data
 
 
+@jitclass([("pair", types.UniTuple(types.float64[::1], 2)), ("s", types.float64)])
+class ArrayPair:
+    def __init__(self, pair, s):
+        self.pair = pair
+        self.s = s
+
+
+@jitclass([("pair", types.UniTuple(Linear.class_type.instance_type, 2))])
+class LinearPair:
+    def __init__(self, pair):
+        self.pair = pair
+
+
+@njit
+def swap_array_pair(o, x):
+    a, b = o.pair
+    total = (a * x).sum() + 2.0 * (b * x).sum() + o.s * a[0]
+    o.pair = (b, a)
+    return total
+
+
+@njit
+def rebuild_array_pair(o, x):
+    a, b = o.pair
+    total = (a * x).sum() + 2.0 * (b * x).sum() + o.s * a[0]
+    o.pair = (a * 1.0, b * 1.0)
+    return total
+
+
+@njit
+def swap_linear_pair(t, x):
+    total = 3.0 * (t.pair[0].w * x).sum() + (t.pair[1].w * x).sum()
+    t.pair = (t.pair[1], t.pair[0])
+    return total
+
+
+@pytest.mark.parametrize("f", [swap_array_pair, rebuild_array_pair])
+def test_a_reassigned_tuple_field_gets_its_derivatives_in_the_shadow_object(f):
+    # the shadow's tuple was left as the call made it: swapped derivatives, or the
+    # spent shadows of the new arrays (zeros)
+    x = np.array([0.7, -1.3])
+    o = ArrayPair((np.array([1.0, 2.0]), np.array([3.0, 4.0])), 0.5)
+    do = zeros_like(o)
+    passed = do.pair
+    autodiff(Reverse, f, Duplicated(o, do), Const(x))
+    np.testing.assert_allclose(do.pair[0], x + [0.5, 0.0])
+    np.testing.assert_allclose(do.pair[1], 2.0 * x)
+    assert do.s == pytest.approx(1.0)
+    assert [a.ctypes.data for a in do.pair] == [a.ctypes.data for a in passed]
+
+
+def test_a_reassigned_tuple_of_objects_gets_its_derivatives_in_the_shadow_object():
+    x = np.array([0.7, -1.3])
+    t = LinearPair((Linear(np.array([1.0, 2.0]), 0.0), Linear(np.array([3.0, 4.0]), 0.0)))
+    dt = zeros_like(t)
+    autodiff(Reverse, swap_linear_pair, Duplicated(t, dt), Const(x))
+    np.testing.assert_allclose(dt.pair[0].w, 3.0 * x)
+    np.testing.assert_allclose(dt.pair[1].w, x)
+
+
 node_type = numba.deferred_type()
 
 
