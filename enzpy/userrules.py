@@ -330,16 +330,24 @@ class _Glue:
     reverse_error: Exception = None     # why the vjp rule does not fit (raised if used)
     forward_error: Exception = None
     _compiled: set = None               # the modes whose glue was compiled
+    _compiling: set = None              # the modes whose glue is being compiled
 
     def compile_for(self, mode):
         """Compile the glue ``mode`` needs ('reverse': aug and rev; 'forward':
         fwd), once; a rule that does not fit keeps its error for its use."""
         with _lock:
             if self._compiled is None:
-                self._compiled = set()
+                self._compiled, self._compiling = set(), set()
+            if mode in self._compiling:
+                # (the rule's own code calls enzpy.autodiff on a function whose
+                # derivative uses the rule: that derivative would need itself)
+                raise UnsupportedError(
+                    f"{self.spec.name} ({mode} mode) is needed while its glue compiles: "
+                    f"its code differentiates (enzpy.autodiff) a function whose derivative "
+                    f"uses this rule itself")
             if mode in self._compiled:
                 return self
-            self._compiled.add(mode)
+            self._compiling.add(mode)
             try:
                 if mode == "reverse" and self.spec.fwd is not None:
                     self.aug, self.rev = _reverse_glue(self)
@@ -354,6 +362,9 @@ class _Glue:
                     self.reverse_error = exc
                 else:
                     self.forward_error = exc
+            finally:
+                self._compiling.discard(mode)
+            self._compiled.add(mode)
         return self
 
     def functions(self, mode):

@@ -1623,3 +1623,39 @@ def test_a_rule_inside_the_code_of_a_covered_function_is_not_compiled_and_second
     finally:
         clear_rules(cube_plus_one)
         clear_rules(_cubed)
+
+
+@njit
+def _sine(x):
+    return math.sin(x)
+
+
+@njit
+def _sine_fwd(x):
+    return _sine(x), x
+
+
+@njit
+def _sine_bwd(x, g):
+    (dx, _), = autodiff(Reverse, _uses_sine, Active(x), Const(0))
+    return (g * dx,)
+
+
+@njit
+def _uses_sine(x, depth):
+    return _sine(x) * 2.0 if depth > 0 else math.sin(x)
+
+
+def test_a_rule_whose_code_differentiates_a_function_using_the_rule_is_refused():
+    # its glue, compiling, needed the derivative being built, which needed the glue:
+    # an InternalError ('NoneType' object has no attribute 'restype') on every call
+    defvjp(_sine, _sine_fwd, _sine_bwd)
+    try:
+        for _ in range(2):
+            with pytest.raises(UnsupportedError, match="rule of '_sine'.*needed while its "
+                                                       "glue compiles"):
+                autodiff(Reverse, _uses_sine, Active(0.6), Const(1))
+    finally:
+        clear_rules(_sine)
+    assert autodiff(Reverse, _uses_sine, Active(0.6), Const(1)) == \
+        ((pytest.approx(2 * math.cos(0.6)), None),)
