@@ -715,8 +715,7 @@ class Lowered:
         if source == target or not any(isinstance(t, (types.Float, types.Complex))
                                        for t in (source, target)):
             return
-        line = getattr(getattr(expr, "loc", None), "line", None)
-        where = f" at {self.source_file}:{line}" if line else ""
+        where = self._at(getattr(getattr(expr, "loc", None), "line", None))
         error = UnsupportedError(
             f"function '{self.name}' views an array of {source} as {target} "
             f"({call}{where}): enzpy cannot follow a derivative through memory read "
@@ -725,15 +724,21 @@ class Lowered:
         error.construct = call
         raise error
 
+    def _at(self, line) -> str:
+        """`` at file:line`` for a source line of this function, or ''."""
+        return f" at {self.source_file}:{line}" if line else ""
+
     def callees(self):
-        """(dispatcher, argtypes) of the Numba functions this one calls."""
+        """(dispatcher, argtypes) of the Numba functions this one calls; its
+        typed IR, walked here for every function reached, also shows the
+        constructs refused before any IR is read (generators, reinterpreting
+        views)."""
         found = []
         fndesc = self.typed_fndesc()
         typemap = fndesc.typemap
         for name, ty in typemap.items():
             if isinstance(ty, types.Generator):
-                line = self._assignment_line(name)
-                where = f" at {self.source_file}:{line}" if line else ""
+                where = self._at(self._assignment_line(name))
                 raise UnsupportedError(f"function '{self.name}' uses a generator ({ty}){where}, "
                                        f"which enzpy cannot differentiate")
         for expr, sig in fndesc.calltypes.items():
