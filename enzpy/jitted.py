@@ -168,9 +168,9 @@ def _check_signature(disp, signature, mode):
                                           "; forward mode takes Duplicated(x, dx)"))
         if kind is Duplicated:
             if scalar and not mode.reverse:
-                if not isinstance(shadow, (types.Float, types.Integer)):
+                if not isinstance(shadow, types.Float):
                     raise TypeError(f"argument {i}: the tangent of a float scalar must be "
-                                    f"a float, got {shadow}")
+                                    f"a float scalar, got {shadow}")
                 continue
             if not (isinstance(ty, types.Array) and isinstance(ty.dtype, types.Float)):
                 raise TypeError(f"argument {i}: inside @njit code, Duplicated takes a float "

@@ -291,6 +291,17 @@ def test_active_in_forward_mode_is_refused_when_compiling():
         bad(1.0)
 
 
+def test_an_integer_tangent_is_refused_inside_njit_as_from_python():
+    @njit
+    def bad(x):
+        return autodiff(Forward, residual, Duplicated(x, 1), Const(1.0))
+
+    for call in (lambda: bad(2.0),
+                 lambda: autodiff(Forward, residual, Duplicated(2.0, 1), Const(1.0))):
+        with pytest.raises(Exception, match="tangent of a float scalar must be a float"):
+            call()
+
+
 @njit
 def shifted_exp(x):
     return math.exp(x) - 3.0
