@@ -362,6 +362,8 @@ class ModuleBuilder:
         construct = getattr(exc, "construct", None)      # (not a NumPy call: a container)
         if construct:
             line = next((line for line, name in found if name == construct), None)
+            if line is None and construct == "numba.typed.Dict":
+                line = next(iter(user.dictionary_lines(block)), None)
             if line is None and _BLOCK_LABEL.match(block):
                 line = user.source_lines().get(_BLOCK_LABEL.match(block).group(0))
             if line is not None:

@@ -643,6 +643,33 @@ class Lowered:
                 found += [(stmt.loc.line, n) for n in _ufuncs_in(expr.expr)]
         return found
 
+    def dictionary_lines(self, block_label: str) -> list:
+        """The source lines, in order, of the statements of Numba block ``B<n>`` that
+        make, write to, read from or call a method of a dictionary (where a refusal raised
+        inside Numba's implementation of ``d[k] = v`` happened)."""
+        annotation = self.cres.type_annotation
+        m = re.match(r"^B(\d+)", block_label or "")
+        block = getattr(annotation, "blocks", {}).get(int(m.group(1))) if m else None
+        typemap = getattr(annotation, "typemap", {})
+        is_dict = lambda var: isinstance(typemap.get(var.name), types.DictType)  # noqa: E731
+        lines = []
+        for stmt in block.body if block is not None else ():
+            expr = stmt.value if isinstance(stmt, numba_ir.Assign) else None
+            if isinstance(stmt, (numba_ir.SetItem, numba_ir.StaticSetItem, numba_ir.DelItem)):
+                hit = is_dict(stmt.target)
+            elif isinstance(expr, numba_ir.Expr) and expr.op in ("getitem", "static_getitem"):
+                hit = is_dict(expr.value)
+            elif isinstance(expr, numba_ir.Expr) and expr.op == "build_map":
+                hit = is_dict(stmt.target)
+            elif isinstance(expr, numba_ir.Expr) and expr.op == "call":
+                callee = typemap.get(expr.func.name)
+                hit = isinstance(getattr(callee, "this", None), types.DictType)
+            else:
+                hit = False
+            if hit:
+                lines.append(stmt.loc.line)
+        return lines
+
     def lines_making_dicts(self) -> set:
         """The source lines that make a dictionary: ``{}``, ``{k: v}``, and calls
         whose result is one (``Dict.empty(...)``, ``dict()``, a helper making one)."""

@@ -12,6 +12,8 @@ arrays and floats: ``test_unsupported.py``).
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 from numba import njit, types
@@ -303,6 +305,15 @@ def _inserts_into_argument(x, d):
 
 
 @njit
+def _inserts_in_a_loop(x, d):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i]
+        d[i] = s * 2.0
+    return s
+
+
+@njit
 def _energy(x):
     d = {0: x[0] * x[1]}
     d[1] = np.sin(x[2])
@@ -355,8 +366,11 @@ def varying_key_popped(x):
 @pytest.mark.parametrize("mode", [Reverse, Forward])
 def test_keys_carrying_a_derivative_are_refused(f, mode):
     # keys have no shadow: read back, they came without their derivative (the gradient
-    # of sum(k * v) was half of it, that of sum(keys) zero)
-    with pytest.raises(UnsupportedError, match=r"numba.typed.Dict at test_typeddict.py:\d+: "
+    # of sum(k * v) was half of it, that of sum(keys) zero); the refusal names the line
+    # inserting the key (in a loop, not the loop's line)
+    source, first = inspect.getsourcelines(f.py_func)
+    line = first + next(i for i, text in enumerate(source) if "d[" in text or "{x" in text)
+    with pytest.raises(UnsupportedError, match=rf"numba.typed.Dict at test_typeddict.py:{line}: "
                                                r"a dictionary key that may carry a derivative"):
         autodiff(mode, f, Duplicated(X.copy(), np.zeros_like(X)))
 
@@ -366,6 +380,12 @@ def test_refusals_name_the_dictionary():
     with pytest.raises(UnsupportedError, match="numba.typed.Dict at test_typeddict.py:.*"
                                                "keeps no shadow"):
         autodiff(Reverse, _inserts_into_argument, Active(1.5), Const(d))
+    counts = Dict.empty(key_type=types.int64, value_type=types.float64)
+    write = _inserts_in_a_loop.py_func.__code__.co_firstlineno + 5     # (d[i] = ...)
+    with pytest.raises(UnsupportedError, match=f"numba.typed.Dict at test_typeddict.py:{write}: "
+                                               "a value .* keeps no shadow"):
+        autodiff(Reverse, _inserts_in_a_loop, Duplicated(X.copy(), np.zeros_like(X)),
+                 Const(counts))
     made = _energy.py_func.__code__.co_firstlineno + 2      # (d = {0: ...})
     with pytest.raises(UnsupportedError, match="second-order derivatives through a dictionary "
                                                rf"are not supported \(the dictionary made at "
