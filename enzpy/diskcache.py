@@ -327,6 +327,11 @@ def find(fp, codegen, accept=lambda index: True):
     if machine is None:
         return None, ""
     engine = machine.library.codegen._engine
+    if any(position >= len(fp.dispatchers) for position in machine.index["relocations"].values()):
+        # (an entry from an enzpy whose keys could not tell such walks apart)
+        log.warning("enzpy: cache entry %s names dispatchers this program does not have; "
+                    "rebuilding it", fp.key)
+        return None, ""
     for symbol, position in machine.index["relocations"].items():
         if not engine.is_symbol_defined(symbol):
             raise RuntimeError(f"the cached derivative {fp.key} lacks its global {symbol}")

@@ -35,6 +35,8 @@ import numba
 import numpy as np
 from numba import types
 from numba.core import imputils
+from numba.core.datamodel import default_manager
+from numba.core.typing import templates as typing_templates
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
 
@@ -109,16 +111,20 @@ class Fingerprint:
     def __init__(self):
         self._hash = hashlib.sha256()
         self.codes: set = set()
-        self._seen: set = set()
+        self._seen: dict = {}             # id(object) -> its place in the walk
         # the dispatchers met, in walk order (the same in every process for one
         # key): a derivative holding a dispatcher's address is relocated by it
         self.dispatchers: list = []
-        self._dispatcher_ids: set = set()
+        self._dispatcher_places: dict = {}    # id(dispatcher) -> its place in that list
         self._module_names: dict = {}     # id(module) -> the attribute names hashed
         self.compiled_ufuncs = False      # the code calls ufuncs Numba compiled already
         self.ufunc_kernels: list = []     # the dispatchers of those ufuncs' kernels
         # the code names a package whose version the key lacks (named, not walked)
         self.unversioned = False
+        # it reaches a register_jitable helper or an intrinsic: Numba compiles (types)
+        # those once per process, with the values their globals had then, which may be
+        # before today's the walk sees
+        self.compiled_once = False
 
     @property
     def key(self) -> str:
@@ -130,11 +136,14 @@ class Fingerprint:
             self._hash.update(b"\0")
 
     def _once(self, obj) -> bool:
-        """True the first time ``obj`` is met (a later meeting adds a back reference)."""
-        if id(obj) in self._seen:
-            self.add("seen", getattr(obj, "__qualname__", type(obj).__name__))
+        """True the first time ``obj`` is met. A later meeting adds a back reference
+        by the place of the first in the walk: names do not tell objects apart (every
+        lambda of a module is ``<lambda>``, a factory's closures share theirs)."""
+        place = self._seen.get(id(obj))
+        if place is not None:
+            self.add("seen", place)
             return False
-        self._seen.add(id(obj))
+        self._seen[id(obj)] = len(self._seen)
         return True
 
     # -- code ---------------------------------------------------------------------
@@ -146,6 +155,7 @@ class Fingerprint:
             return
         if not self._once(fn):
             return
+        self.compiled_once |= _has_overload(fn)
         self.add("function", fn.__qualname__)
         names = self._code(code)
         for value in fn.__defaults__ or ():
@@ -228,6 +238,7 @@ class Fingerprint:
             self._class(v)
         elif hasattr(v, "_defn") and isinstance(getattr(v, "_defn"), pytypes.FunctionType):
             self.add("intrinsic")                      # numba.extending.intrinsic
+            self.compiled_once = True
             self.function(v._defn)
         elif (path := library_path(v)) is not None:    # np.linalg.norm, np.sin, ...
             self.add("library object", type(v).__qualname__, v.__module__,
@@ -241,9 +252,12 @@ class Fingerprint:
             self.add(type(v).__module__, type(v).__qualname__, text)
 
     def dispatcher(self, disp):
-        if id(disp) not in self._dispatcher_ids:
-            self._dispatcher_ids.add(id(disp))
-            self.dispatchers.append(disp)
+        place = self._dispatcher_places.get(id(disp))
+        if place is not None:      # (two dispatchers of one function are two places)
+            self.add("seen dispatcher", place)
+            return
+        self._dispatcher_places[id(disp)] = len(self.dispatchers)
+        self.dispatchers.append(disp)
         self.add("dispatcher", type(disp).__name__, sorted(map(repr, disp.targetoptions.items())),
                  sorted(map(repr, (disp.locals or {}).items())))
         self.function(disp.py_func)
@@ -265,7 +279,8 @@ class Fingerprint:
         self.unversioned |= path is not None and not _versioned(path)
         if path is None:
             if issubclass(cls, enum.Enum):
-                self.add("members", [(m.name, m.value) for m in cls])   # Numba freezes them
+                # (Numba freezes them; iterating an enum skips its aliases)
+                self.add("members", [(name, m.value) for name, m in cls.__members__.items()])
             if issubclass(cls, tuple) and hasattr(cls, "_fields"):     # a named tuple
                 self.add("fields", cls._fields)
                 self.value(tuple(getattr(cls, "_field_defaults", {}).items()))
@@ -299,7 +314,20 @@ class Fingerprint:
             self.numba_type(ty.dtype)
         if isinstance(ty, types.BaseNamedTuple):      # (its text names no field)
             self.add("fields", ty.fields)
+        if library_path(type(ty)) is None:            # a type a user's extension defines
+            self._data_model(ty)
         self.add(_ADDRESS.sub("", str(ty)))
+
+    def _data_model(self, ty):
+        """The layout Numba's data model gives a type an extension defines (its text
+        names none of it): derivatives read and write its members by place."""
+        try:
+            model = default_manager.lookup(ty)
+        except KeyError:          # (no model: Numba refuses the type anyway)
+            return
+        self.add("model", type(model).__module__, type(model).__qualname__,
+                 getattr(model, "_fields", None), str(model.get_value_type()),
+                 str(model.get_data_type()))
 
 
 # -- the key ---------------------------------------------------------------------------
@@ -450,9 +478,24 @@ def keyed_by_code(fp, lowered) -> bool:
     """Whether a derivative is to be keyed by the code Numba compiled (its
     ``primal_digest``), which a later process lowers again to compare: the
     build reached code the key does not cover (``_reaches_uncovered``), the
-    code names a package the key has no version of, or lowering registered
-    outside the versioned libraries may have emitted some of it."""
-    return _reaches_uncovered(fp, lowered) or fp.unversioned or user_lowering()
+    code names a package the key has no version of, it reaches code Numba
+    compiles once per process (``compiled_once``: today's values need not be
+    those it froze), or lowering registered outside the versioned libraries may
+    have emitted some of it."""
+    return _reaches_uncovered(fp, lowered) or fp.unversioned or fp.compiled_once or \
+        user_lowering()
+
+
+_overloaded = [0, frozenset()]    # [registry size, ids of the functions] of the last scan
+
+
+def _has_overload(fn) -> bool:
+    """Whether Numba types calls of plain function ``fn`` through a template
+    (``register_jitable``, ``@overload(fn)``)."""
+    table = typing_templates.builtin_registry.globals
+    if _overloaded[0] != len(table):
+        _overloaded[:] = [len(table), frozenset(id(key) for key, _ in table)]
+    return id(fn) in _overloaded[1]
 
 
 def _reaches_uncovered(fp, lowered) -> bool:

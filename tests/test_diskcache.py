@@ -888,6 +888,157 @@ def test_the_key_covers_ufuncs_and_named_tuple_fields():
         [Duplicated(x, x.copy())]), "reverse", {}).compiled_ufuncs     # eagerly compiled
 
 
+def _caller_of(first, second, chosen):
+    @njit
+    def f(v):
+        return first(v) + second(v) + chosen(v)
+    return f
+
+
+def _enum_caller(default):
+    import enum
+
+    class Scale(enum.IntEnum):
+        LOW = 1
+        HIGH = 3
+        DEFAULT = default          # (an alias of LOW or HIGH: iterating Scale skips it)
+
+    @njit
+    def f(v):
+        return Scale.DEFAULT.value * v
+    return f
+
+
+def _extension_type(members):
+    """A Python class, and a Numba type of it named "Interval" whose data model
+    has ``members`` (Numba's tutorial extension, as users write one)."""
+    from numba import types
+    from numba.extending import make_attribute_wrapper, models, register_model, typeof_impl
+
+    class Interval:
+        def __init__(self, lo, hi):
+            self.lo, self.hi = lo, hi
+
+    class IntervalType(types.Type):
+        def __init__(self):
+            super().__init__(name="Interval")
+
+    interval_type = IntervalType()
+    typeof_impl.register(Interval)(lambda val, c: interval_type)
+
+    @register_model(IntervalType)
+    class IntervalModel(models.StructModel):
+        def __init__(self, dmm, fe_type):
+            super().__init__(dmm, fe_type, [(name, types.float64) for name in members])
+    make_attribute_wrapper(IntervalType, "lo", "lo")
+    make_attribute_wrapper(IntervalType, "hi", "hi")
+    return Interval
+
+
+@njit
+def _upper_times_square(interval, v):
+    return interval.hi * v * v
+
+
+def test_the_key_tells_apart_what_names_do_not():
+    """Functions of one name (a module's lambdas, a factory's closures), two
+    dispatchers of one function, an enum's aliases, the member order of an
+    extension type's data model: each keys its own entry (one entry served both,
+    a wrong derivative or a crash, in a later process)."""
+    square, cube = njit(lambda v: v * v), njit(lambda v: v * v * v)
+    assert _key(_caller_of(cube, square, square), Active(1.0)) != \
+        _key(_caller_of(cube, square, cube), Active(1.0))
+    plain = cube.py_func
+    assert _key(_caller_of(square, cube, cube), Active(1.0)) != \
+        _key(_caller_of(square, cube, njit(plain)), Active(1.0))
+    assert _key(_enum_caller(1), Active(1.0)) != _key(_enum_caller(3), Active(1.0))
+    keys = {_key(_upper_times_square, Const(_extension_type(order)(1.0, 5.0)), Active(1.0))
+            for order in (("lo", "hi"), ("hi", "lo"))}
+    assert len(keys) == 2
+
+
+HELPER_GLOBAL = """
+import os
+from numba import njit, types
+from numba.extending import intrinsic, register_jitable
+
+G = float(os.environ["G"])
+
+
+@register_jitable
+def helper(x):
+    return G * x * x
+
+
+@intrinsic
+def scale(typingctx, x):
+    k = G                           # (read when Numba first types a call)
+
+    def codegen(context, builder, sig, args):
+        return builder.fmul(args[0], context.get_constant(types.float64, k))
+    return types.float64(x), codegen
+
+
+@njit
+def warm(x):
+    return helper(x) + scale(x)
+
+
+@njit
+def through_helper(x):
+    return helper(x) + x
+
+
+@njit
+def through_intrinsic(x):
+    return scale(x * x) + x
+"""
+
+HELPER_GLOBAL_RUN = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import enzpy
+import helpers_with_globals as m
+
+if sys.argv[2] == "changed":
+    m.warm(0.1)         # Numba compiles helper and types scale with G of then
+    m.G = 3.0           # (a later notebook cell)
+out = {}
+for f in (m.through_helper, m.through_intrinsic):
+    (dx,), = enzpy.autodiff(enzpy.Reverse, f, enzpy.Active(0.7))
+    out[f.__name__] = [dx, (f(0.7 + 1e-6) - f(0.7 - 1e-6)) / 2e-6,
+                       enzpy.build_report(f)[-1].cache]
+print(json.dumps(out))
+"""
+
+
+def test_helpers_numba_compiled_with_earlier_values_save_nothing_a_later_process_loads(
+        tmp_path):
+    """Numba compiles a register_jitable helper (types an intrinsic) once per
+    process: a process that changed its global afterwards differentiates the old
+    values, as Numba runs them, and a clean process with the new values must not
+    load that derivative."""
+    (tmp_path / "helpers_with_globals.py").write_text(HELPER_GLOBAL)
+    (tmp_path / "run.py").write_text(HELPER_GLOBAL_RUN)
+
+    def run(g, how):
+        done = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path), how],
+                              capture_output=True, text=True, timeout=600, env=dict(
+                                  os.environ, G=g, ENZPY_CACHE_DIR=str(tmp_path / "cache")))
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    changed = run("2.0", "changed")
+    for name in changed:       # the old values, as Numba's own f runs them
+        assert changed[name][0] == pytest.approx(2 * 2.0 * 0.7 + 1)
+        assert changed[name][0] == pytest.approx(changed[name][1], rel=1e-6)
+    for cache in ("stored", "loaded"):
+        clean = run("3.0", "clean")
+        for name in clean:
+            assert clean[name][0] == pytest.approx(2 * 3.0 * 0.7 + 1)
+            assert clean[name][2] == cache
+
+
 def test_literally_is_refused_by_name():
     from numba import literally
 
