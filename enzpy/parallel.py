@@ -17,7 +17,12 @@ function ``numba_parallel_for[G]`` (see ``name_parallel_loops``) with a rule:
   advanced like the arguments.
 
 The schedule entries are independent (``prange``'s contract), so their reverse
-sweeps may run in any order and on any thread.
+sweeps may run in any order and on any thread; but for one thing: a reduction
+(and a user's ``get_thread_id()`` buffer) keeps its running value in a slot of
+the thread. With more entries than threads (``numba.set_parallel_chunksize``)
+one thread's entries chain through its slot, which a multiplication or a max
+makes order-dependent: such a loop runs its entries on the calling thread, in
+order in the forward sweep and in reverse order in the reverse one.
 """
 from __future__ import annotations
 
@@ -237,13 +242,24 @@ class ParallelForRule(FunctionRule):
         shadow_args = local("~s.args") if deriv.activity[1] == "dup" else "null"
         params = ", ".join(deriv.params)
         wrap_aug, wrap_rev = f"{deriv.aug_name}.entries", f"{deriv.rev_name}.entries"
+        # (see the module's docstring: entries chaining through a thread's slot)
+        chained = "icmp ugt i64 %n, %threads" if _reads_thread_id(
+            builder.module, _body(deriv.fn.name)) else "add i1 0, 0"
         aug = f"""
 define internal void @"{deriv.aug_name}"({params}) {{
 entry:
   %n = load i64, ptr %dims
   %tapes = call ptr @calloc(i64 %n, i64 {_TAPE_BYTES})
 {_context(shadow_args, "%tapes")}
+  %chained = {chained}
+  br i1 %chained, label %in.order, label %parallel
+in.order:
+  call void @"{wrap_aug}"(ptr %args, ptr %dims, ptr %steps, ptr %ctx)
+  br label %ran
+parallel:
   call void @{PARALLEL_FOR}(ptr @"{wrap_aug}", ptr %args, ptr %dims, ptr %steps, ptr %ctx, i64 %ndim, i64 %count, i64 %threads)
+  br label %ran
+ran:
   %no.flag = icmp eq ptr %data, null
   br i1 %no.flag, label %done, label %test
 test:
@@ -256,8 +272,8 @@ drop:
   br label %done
 done:
   ; (an entry raised: no tapes, no reverse sweep; the caller fails)
-  %kept = phi ptr [ %tapes, %entry ], [ %tapes, %test ], [ null, %dropped ]
-  %kept.n = phi i64 [ %n, %entry ], [ %n, %test ], [ 0, %dropped ]
+  %kept = phi ptr [ %tapes, %ran ], [ %tapes, %test ], [ null, %dropped ]
+  %kept.n = phi i64 [ %n, %ran ], [ %n, %test ], [ 0, %dropped ]
   %slot = call ptr @{PUSH}(ptr %"enzpy.tape", i64 16)
   store ptr %kept, ptr %slot
   %nslot = getelementptr i8, ptr %slot, i64 8
@@ -289,7 +305,15 @@ run:
   ; calling into Python, as BLAS does the first time it is used, would wait for it)
   %gil = call i32 @PyGILState_Ensure()
   %thread = call ptr @PyEval_SaveThread()
+  %chained = {chained}
+  br i1 %chained, label %in.order, label %parallel
+in.order:
+  call void @"{wrap_rev}"(ptr %table, ptr %table.dims, ptr %table.steps, ptr %ctx)
+  br label %ran
+parallel:
   call void @{PARALLEL_FOR}(ptr @"{wrap_rev}", ptr %table, ptr %table.dims, ptr %table.steps, ptr %ctx, i64 0, i64 1, i64 %threads)
+  br label %ran
+ran:
   call void @PyEval_RestoreThread(ptr %thread)
   call void @PyGILState_Release(i32 %gil)
 {counted_loop("free", "%n", _DISCARD_ENTRY, "exit")}exit:
@@ -320,6 +344,21 @@ entry:
                 "PyEval_SaveThread": "declare ptr @PyEval_SaveThread()",
                 "PyEval_RestoreThread": "declare void @PyEval_RestoreThread(ptr)",
                 "PyGILState_Release": "declare void @PyGILState_Release(i32)"}
+
+
+def _reads_thread_id(module, name) -> bool:
+    """Whether function ``name`` or a function it calls (in ``module``) asks for
+    the thread's id (Numba's ``get_thread_id``: a reduction's slot)."""
+    seen, todo = {name}, [name]
+    while todo:
+        fn = module.functions.get(todo.pop())
+        for ins in _calls(fn) if fn is not None else ():
+            if ins.callee == "get_thread_id":
+                return True
+            if ins.callee not in seen:
+                seen.add(ins.callee)
+                todo.append(ins.callee)
+    return False
 
 
 def _context(shadow_args, tapes):
@@ -407,10 +446,12 @@ setup:
 
 def _reversed_entries(name, body):
     """Run by ``numba_parallel_for`` over the table of tapes: the body's
-    reverse of each of the thread's entries. The body's reverse reads what it
-    needs from the entry's tape; the argument pointers it is given are those
-    of the forward sweep, not read again."""
-    entry = f"""  %tape.offset = mul i64 %j, {_TAPE_BYTES}
+    reverse of each of the thread's entries, last first. The body's reverse
+    reads what it needs from the entry's tape; the argument pointers it is
+    given are those of the forward sweep, not read again."""
+    entry = f"""  %last = sub i64 %loopcount, 1
+  %jr = sub i64 %last, %j
+  %tape.offset = mul i64 %jr, {_TAPE_BYTES}
   %tape = getelementptr i8, ptr %tapes, i64 %tape.offset
   call {body.rev_type} @"{body.rev_name}"(ptr %base, ptr %dims, ptr %steps, ptr null, ptr %shadow.base, ptr %tape)"""
     return f"""

@@ -167,6 +167,47 @@ def test_gradient_is_the_same_on_every_call_and_thread_count():
 
 
 @njit(parallel=True)
+def _product_max_min(x):
+    p, m, lo = 1.0, -np.inf, np.inf
+    for i in prange(x.size):
+        p *= x[i]
+        m = max(m, x[i] * x[i])
+        lo = min(lo, x[i] - 0.1 * i)
+    return p + m + 2.0 * lo
+
+
+@njit(parallel=True)
+def _per_thread_products(x):
+    slots = np.ones(numba.get_num_threads())
+    for i in prange(x.size):
+        t = numba.get_thread_id()
+        slots[t] = slots[t] * x[i]
+    return np.prod(slots) + np.max(x * x)
+
+
+@pytest.mark.parametrize("f", [_product_max_min, _per_thread_products])
+@pytest.mark.parametrize("chunk", [0, 1, 3])
+@pytest.mark.parametrize("size", [1, 2, 9])
+def test_reductions_chaining_through_a_threads_slot_under_a_chunk_size(f, chunk, size,
+                                                                       threads):
+    """With a chunk size, one thread runs several entries through its reduction
+    slot; a product, a max or a min make their order matter: the gradient (which
+    was wrong, at one thread too) runs them in order."""
+    x = np.linspace(0.5, 1.7, size)[::-1].copy()
+    saved = numba.get_parallel_chunksize()
+    numba.set_parallel_chunksize(chunk)
+    try:
+        dx = np.zeros_like(x)
+        autodiff(Reverse, f, Duplicated(x.copy(), dx))
+        (tangent,) = autodiff(Forward, f, Duplicated(x.copy(), np.ones_like(x)))
+    finally:
+        numba.set_parallel_chunksize(saved)
+    expected = fd(f.py_func, [x], 0)
+    np.testing.assert_allclose(dx, expected, rtol=1e-6, atol=1e-9)
+    assert tangent == pytest.approx(expected.sum(), rel=1e-6)
+
+
+@njit(parallel=True)
 def _parallel_cubes(x):
     s = 0.0
     for i in prange(x.size):
