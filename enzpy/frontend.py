@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import numbers
 import operator
 import os
 import re
@@ -298,16 +299,28 @@ def _compile_again(dispatcher, argtypes, symbol):
         return _raw_ir[symbol], cres.fndesc
 
 
-def _frozen_values(cres) -> dict:
+def _frozen_values(cres, parallel_loops=True) -> dict:
     """The globals and closure variables Numba froze into a compiled function,
-    by name (empty for one it loaded from its cache: it keeps no IR)."""
+    by name (empty for one it loaded from its cache: it keeps no IR);
+    ``parallel_loops``: those its parallel loops' bodies read included."""
     annotation = cres.type_annotation
     if not hasattr(annotation, "blocks"):      # (None, or text for a cached function)
         return {}
     return {(type(stmt.value).__name__, stmt.value.name): stmt.value.value
-            for block in annotation.blocks.values() for stmt in block.body
+            for stmt in _statements(annotation.blocks.values(), parallel_loops)
             if isinstance(stmt, numba_ir.Assign)
             and isinstance(stmt.value, (numba_ir.Global, numba_ir.FreeVar))}
+
+
+def _statements(blocks, parallel_loops=True):
+    """The statements of Numba IR ``blocks`` (with ``parallel_loops``, those of
+    the parallel loops among them: a ``Parfor``'s body and its init block)."""
+    for block in blocks:
+        for stmt in block.body:
+            yield stmt
+            loop_body = getattr(stmt, "loop_body", None)
+            if parallel_loops and isinstance(loop_body, dict):
+                yield from _statements([stmt.init_block, *loop_body.values()])
 
 
 def _same_value(a, b) -> bool:
@@ -409,6 +422,17 @@ def _check_cached_frozen_values(dispatcher, argtypes, compiled, cres):
             _refuse_frozen(dispatcher, *key, f"was {_short_repr(text)}; it is now "
                            f"{_short_repr(now[key])}")
     values = _frozen_values(cres)
+    # (the cached text shows a parallel loop as one line: the numbers its body alone
+    # reads are nowhere to compare)
+    in_loops_only = values.keys() - _frozen_values(cres, parallel_loops=False).keys()
+    for kind, name in sorted(in_loops_only):
+        if _scalar_data(values[kind, name]):
+            raise UnsupportedError(
+                f"Numba loaded '{dispatcher.py_func.__qualname__}' from its disk cache "
+                f"(cache=True), which keeps no text of the value of "
+                f"{'global' if kind == 'Global' else 'closure variable'} '{name}' read "
+                f"inside its parallel loop: enzpy cannot tell whether Numba runs today's. "
+                f"Read it into a local variable before the loop, or drop cache=True")
     arrays = [(key, a) for key, value in values.items() for a in arrays_in(value) if a.nbytes]
     if not arrays:
         return
@@ -423,6 +447,13 @@ def _check_cached_frozen_values(dispatcher, argtypes, compiled, cres):
         # the annotation's text above covers those)
         if data in today and data not in cached:
             _refuse_frozen(dispatcher, *key, "held other values than it holds now")
+
+
+def _scalar_data(v) -> bool:
+    """Numbers, strings and tuples of them (what Numba folds into code as constants)."""
+    if isinstance(v, tuple):
+        return all(map(_scalar_data, v))
+    return isinstance(v, (numbers.Number, np.generic, str))
 
 
 def _cached_object_code(dispatcher, argtypes):

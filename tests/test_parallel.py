@@ -6,6 +6,9 @@ or an array every iteration reads). Checked against the serial version of the
 same code and finite differences, with 1 and 2 threads.
 """
 import math
+import os
+import subprocess
+import sys
 
 import numba
 import numpy as np
@@ -244,6 +247,76 @@ def test_a_refusal_inside_a_parallel_loop_names_the_loop():
     assert "__numba_parfor_gufunc" not in msg, msg
 
 
+GLOBALS_IN_A_LOOP_BODY = '''
+import os, sys
+import numpy as np
+from numba import njit, prange
+
+W = np.linspace(0.1, 1.0, 8)
+S = float(os.environ["S"])
+
+
+@njit(parallel=True, cache=True)
+def cached(x):
+    s = 0.0
+    for i in prange(x.size):
+        s += S * x[i] ** 2
+    return s
+
+
+@njit(parallel=True)
+def weighted(x):
+    s = 0.0
+    for i in prange(x.size):
+        s += W[i] * x[i] ** 2
+    return s
+
+
+@njit(parallel=True)
+def scaled(x):
+    s = 0.0
+    for i in prange(x.size):
+        s += S * x[i] ** 2
+    return s
+
+
+x = np.linspace(-1.0, 1.5, 8)
+for f in (cached, weighted, scaled):
+    f(x)
+W[:] = 5.0                 # (later cells of a notebook)
+S = 7.0
+import enzpy               # noqa: E402
+for f in (cached, weighted, scaled):
+    try:
+        enzpy.autodiff(enzpy.Reverse, f, enzpy.Duplicated(x.copy(), np.zeros(8)))
+        print(f.__name__, "differentiated")
+    except enzpy.UnsupportedError as error:
+        print(f.__name__, "refused:", error)
+'''
+
+
+def test_globals_read_only_inside_a_parallel_loop_are_checked_like_the_others(tmp_path):
+    """A global Numba froze into a parallel loop's body, compiled before ``import
+    enzpy`` (or loaded from Numba's cache), then changed: Numba runs the old value,
+    so differentiating today's is refused, as for a global read outside the loop
+    (it was differentiated with today's value). Numba's cache keeps no text of the
+    numbers such a body reads: a function loaded from it is refused, saying so."""
+    script = tmp_path / "globals_in_loops.py"
+    script.write_text(GLOBALS_IN_A_LOOP_BODY)
+    runs = []
+    for _ in range(2):      # (the second loads `cached` from Numba's cache)
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=600, cwd=tmp_path, env=dict(os.environ, S="2.0"))
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(dict(line.split(" ", 1) for line in done.stdout.strip().splitlines()))
+    for run in runs:
+        assert "global 'W' held other values" in run["weighted"], run
+        assert "global 'S' was 2.0; it is now 7.0" in run["scaled"], run
+    assert "global 'S' was 2.0; it is now 7.0" in runs[0]["cached"], runs[0]
+    assert "keeps no text of the value of global 'S' read inside its parallel loop" in \
+        runs[1]["cached"], runs[1]
+
+
 FIRST_PRODUCT_IN_THE_REVERSE_SWEEP = '''
 import numpy as np
 from numba import njit, prange
@@ -273,8 +346,6 @@ def test_reverse_loop_calling_into_python_for_the_first_time_does_not_deadlock(t
     # The reverse of solve multiplies matrices: the process's first product makes Numba
     # look BLAS up through Python in a worker thread, which waited forever for the GIL
     # the calling thread held (Numba's launcher releases it around the forward loop)
-    import subprocess
-    import sys
     script = tmp_path / "first_product.py"
     script.write_text(FIRST_PRODUCT_IN_THE_REVERSE_SWEEP)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
