@@ -25,6 +25,10 @@ class FunctionRule:
     # unchanged (``FunctionDerivative.stable``) instead of recording them: the
     # derivative is then written per set of such operands.
     rereads_operands = False
+    # Whether the reverse may run on several threads at once (in a parallel loop's
+    # body): it adds into shadow memory atomically, or writes none. A BLAS call's
+    # reverse adds into its operands' shadows with plain loads and stores.
+    thread_safe_reverse = False
 
     def signature(self, name, module):
         """A signature-only Function model if this rule covers ``name``, else None."""
@@ -77,6 +81,7 @@ class BlasRule(FunctionRule):
 class IntPowerRule(FunctionRule):
     """Numba's ``int_power(a, n)`` helper (``x ** n`` with an integer n): its
     loop of squarings is replaced by d(a^n)/da = n a^(n-1)."""
+    thread_safe_reverse = True          # (scalars only)
 
     def covers(self, name):
         return "int_power_impl" in name

@@ -22,12 +22,15 @@ sweeps may run in any order and on any thread; but for one thing: a reduction
 the thread. With more entries than threads (``numba.set_parallel_chunksize``)
 one thread's entries chain through its slot, which a multiplication or a max
 makes order-dependent: such a loop runs its entries on the calling thread, in
-order in the forward sweep and in reverse order in the reverse one.
+order in the forward sweep and in reverse order in the reverse one. So does a
+loop reaching a function rule whose reverse adds into shadows with plain loads
+and stores (BLAS, LAPACK, users' rules: ``FunctionRule.thread_safe_reverse``):
+iterations sharing an operand would lose each other's additions.
 """
 from __future__ import annotations
 
 from .analysis import numba_convention
-from .custom import FunctionRule, register
+from .custom import FunctionRule, register, rule_for
 from .errors import UnsupportedError
 from .ir import Block, Function, Instruction, Value, local, size_and_alignment
 from .memory import static_exception
@@ -217,6 +220,7 @@ def _renumbered(fn: Function):
 
 
 class ParallelForRule(FunctionRule):
+    thread_safe_reverse = True      # (its body's reverse adds atomically)
 
     def signature(self, name, module):
         if not name.startswith(PREFIX) or module is None or _body(name) not in module.functions:
@@ -242,9 +246,14 @@ class ParallelForRule(FunctionRule):
         shadow_args = local("~s.args") if deriv.activity[1] == "dup" else "null"
         params = ", ".join(deriv.params)
         wrap_aug, wrap_rev = f"{deriv.aug_name}.entries", f"{deriv.rev_name}.entries"
-        # (see the module's docstring: entries chaining through a thread's slot)
-        chained = "icmp ugt i64 %n, %threads" if _reads_thread_id(
-            builder.module, _body(deriv.fn.name)) else "add i1 0, 0"
+        # (see the module's docstring)
+        body_name = _body(deriv.fn.name)
+        if _calls_unsafe_rules(builder.module, body_name):
+            chained = "add i1 1, 0"
+        elif _reads_thread_id(builder.module, body_name):
+            chained = "icmp ugt i64 %n, %threads"
+        else:
+            chained = "add i1 0, 0"
         aug = f"""
 define internal void @"{deriv.aug_name}"({params}) {{
 entry:
@@ -349,16 +358,31 @@ entry:
 def _reads_thread_id(module, name) -> bool:
     """Whether function ``name`` or a function it calls (in ``module``) asks for
     the thread's id (Numba's ``get_thread_id``: a reduction's slot)."""
+    return any(callee == "get_thread_id" for callee in _reached_calls(module, name))
+
+
+def _calls_unsafe_rules(module, name) -> bool:
+    """Whether function ``name`` or a function it calls reaches a function rule
+    whose reverse must not run on several threads at once (a BLAS or LAPACK
+    rule adding into an operand's shadow, which iterations may share)."""
+    for callee in _reached_calls(module, name):
+        rule = rule_for(callee, module)[0]
+        if rule is not None and not rule.thread_safe_reverse:
+            return True
+    return False
+
+
+def _reached_calls(module, name):
+    """The callees of the calls in function ``name`` and in the functions of
+    ``module`` it reaches."""
     seen, todo = {name}, [name]
     while todo:
         fn = module.functions.get(todo.pop())
         for ins in _calls(fn) if fn is not None else ():
-            if ins.callee == "get_thread_id":
-                return True
+            yield ins.callee
             if ins.callee not in seen:
                 seen.add(ins.callee)
                 todo.append(ins.callee)
-    return False
 
 
 def _context(shadow_args, tapes):

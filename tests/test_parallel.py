@@ -93,6 +93,16 @@ def batch_norm(X):
     return acc
 
 
+# products and solves with operands every iteration shares: their rules' reverses add
+# into the shared shadows with plain loads and stores (BLAS), so iterations running at
+# once lost each other's additions (dw 25% short at 2000 rows, different every call)
+def shared_operands(X, w, M):
+    acc = 0.0
+    for i in prange(X.shape[0]):
+        acc += X[i] @ w + np.sum(np.tanh(M @ X[i])) + np.linalg.solve(M, X[i])[0]
+    return acc
+
+
 def _well_conditioned(rng, n, k):
     return rng.uniform(-1, 1, (n, k, k)) + 3 * np.eye(k)
 
@@ -101,6 +111,8 @@ PROGRAMS = [
     (batch_solve, lambda rng: [_well_conditioned(rng, 5, 3), rng.uniform(-1, 1, 3)], (0, 1)),
     (batch_det, lambda rng: [_well_conditioned(rng, 4, 3)], (0,)),
     (batch_norm, lambda rng: [rng.uniform(-1, 1, (6, 4))], (0,)),
+    (shared_operands, lambda rng: [rng.uniform(-1, 1, (800, 3)), rng.uniform(-1, 1, 3),
+                                   _well_conditioned(rng, 1, 3)[0]], (0, 1, 2)),
     (scaled_sines, lambda rng: [rng.uniform(-2, 2, 37), 1.7], (0, 1)),
     (weighted_reduction, lambda rng: [rng.uniform(-2, 2, 41), rng.uniform(-1, 1, 5)], (0, 1)),
     (stencil, lambda rng: [rng.uniform(-2, 2, 33)], (0,)),
