@@ -625,10 +625,12 @@ class _Gen:
         sized = [a for a in sorted(sc.arrays) if len(sc.arrays[a]) == 1]
         matrices = [a for a in sorted(sc.arrays) if len(sc.arrays[a]) == 2]
         if matrices and self.has("linalg") and self.chance(0.3):
-            # a rule applied to a view made in the loop's body (its meminfo has no shadow)
+            # a rule applied to a view made in the loop's body (its meminfo has no
+            # shadow), or to an operand every iteration shares (the first row)
             acc, mat = self.fresh("s"), self.choice(matrices)
+            rule = self.choice([f"np.linalg.norm({mat}[{i}])", f"({mat}[{i}] @ {mat}[0])"])
             lines = [f"{acc} = {self.expr(sc, 1)}", f"for {i} in prange({mat}.shape[0]):",
-                     f"    {acc} += np.linalg.norm({mat}[{i}]) * {self.bounded(self.expr(inner, 2))}"]
+                     f"    {acc} += {rule} * {self.bounded(self.expr(inner, 2))}"]
             sc.floats.append(acc)
             return lines
         if self.chance(0.5):
