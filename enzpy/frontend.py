@@ -656,8 +656,7 @@ class Lowered:
         (``np.linalg.eig``, ``ndarray.max``), else None. Empty when Numba kept no
         typed IR (a function loaded from Numba's cache)."""
         annotation = self.cres.type_annotation
-        m = re.match(r"^B(\d+)", block_label or "")
-        block = getattr(annotation, "blocks", {}).get(int(m.group(1))) if m else None
+        block = self._typed_block(block_label)
         if block is None:
             return []
         found = []
@@ -674,13 +673,19 @@ class Lowered:
                 found += [(stmt.loc.line, n) for n in _ufuncs_in(expr.expr)]
         return found
 
+    def _typed_block(self, block_label: str):
+        """Numba's typed IR block ``B<n>`` names, or None (none kept: a function
+        loaded from Numba's cache)."""
+        m = re.match(r"^B(\d+)", block_label or "")
+        return getattr(self.cres.type_annotation, "blocks", {}).get(int(m.group(1))) if m \
+            else None
+
     def dictionary_lines(self, block_label: str) -> list:
         """The source lines, in order, of the statements of Numba block ``B<n>`` that
         make, write to, read from or call a method of a dictionary (where a refusal raised
         inside Numba's implementation of ``d[k] = v`` happened)."""
         annotation = self.cres.type_annotation
-        m = re.match(r"^B(\d+)", block_label or "")
-        block = getattr(annotation, "blocks", {}).get(int(m.group(1))) if m else None
+        block = self._typed_block(block_label)
         typemap = getattr(annotation, "typemap", {})
         is_dict = lambda var: isinstance(typemap.get(var.name), types.DictType)  # noqa: E731
         lines = []

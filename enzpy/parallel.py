@@ -260,15 +260,7 @@ entry:
   %n = load i64, ptr %dims
   %tapes = call ptr @calloc(i64 %n, i64 {_TAPE_BYTES})
 {_context(shadow_args, "%tapes")}
-  %chained = {chained}
-  br i1 %chained, label %in.order, label %parallel
-in.order:
-  call void @"{wrap_aug}"(ptr %args, ptr %dims, ptr %steps, ptr %ctx)
-  br label %ran
-parallel:
-  call void @{PARALLEL_FOR}(ptr @"{wrap_aug}", ptr %args, ptr %dims, ptr %steps, ptr %ctx, i64 %ndim, i64 %count, i64 %threads)
-  br label %ran
-ran:
+{_launch(chained, wrap_aug, "%args", "%dims", "%steps", "%ndim", "%count")}
   %no.flag = icmp eq ptr %data, null
   br i1 %no.flag, label %done, label %test
 test:
@@ -314,15 +306,7 @@ run:
   ; calling into Python, as BLAS does the first time it is used, would wait for it)
   %gil = call i32 @PyGILState_Ensure()
   %thread = call ptr @PyEval_SaveThread()
-  %chained = {chained}
-  br i1 %chained, label %in.order, label %parallel
-in.order:
-  call void @"{wrap_rev}"(ptr %table, ptr %table.dims, ptr %table.steps, ptr %ctx)
-  br label %ran
-parallel:
-  call void @{PARALLEL_FOR}(ptr @"{wrap_rev}", ptr %table, ptr %table.dims, ptr %table.steps, ptr %ctx, i64 0, i64 1, i64 %threads)
-  br label %ran
-ran:
+{_launch(chained, wrap_rev, "%table", "%table.dims", "%table.steps", "0", "1")}
   call void @PyEval_RestoreThread(ptr %thread)
   call void @PyGILState_Release(i32 %gil)
 {counted_loop("free", "%n", _DISCARD_ENTRY, "exit")}exit:
@@ -353,6 +337,21 @@ entry:
                 "PyEval_SaveThread": "declare ptr @PyEval_SaveThread()",
                 "PyEval_RestoreThread": "declare void @PyEval_RestoreThread(ptr)",
                 "PyGILState_Release": "declare void @PyGILState_Release(i32)"}
+
+
+def _launch(chained, entries, args, dims, steps, ndim, count) -> str:
+    """Run ``entries`` over the schedule: on the calling thread, in order, where
+    ``chained`` (an i1 instruction) holds, else on Numba's threads; ends in block
+    ``ran``."""
+    return f"""  %chained = {chained}
+  br i1 %chained, label %in.order, label %parallel
+in.order:
+  call void @"{entries}"(ptr {args}, ptr {dims}, ptr {steps}, ptr %ctx)
+  br label %ran
+parallel:
+  call void @{PARALLEL_FOR}(ptr @"{entries}", ptr {args}, ptr {dims}, ptr {steps}, ptr %ctx, i64 {ndim}, i64 {count}, i64 %threads)
+  br label %ran
+ran:"""
 
 
 def _reads_thread_id(module, name) -> bool:
