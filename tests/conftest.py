@@ -8,6 +8,14 @@ for _p in (_ROOT, _HERE):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+# Numba's own optimization of the programs under test takes more of the suite's time than
+# anything else, and says nothing of their derivatives: enzpy differentiates the IR Numba
+# lowers before its optimizer runs (frontend.py), so the level changes only how fast the
+# primals the finite differences call run. The examples (test_examples.py) run at
+# Numba's default level, as users run them.
+if "numba" not in sys.modules:
+    os.environ.setdefault("NUMBA_OPT", "1")
+
 # Each test session starts from an empty persistent derivative cache of its own
 # (subprocesses the tests start inherit it): the suite exercises saving and
 # loading without reading or filling the user's cache.
