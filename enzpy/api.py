@@ -282,8 +282,8 @@ def _shadow_values(args, values, positions, written=()):
     for i in positions:
         a = args[i]
         x, dx = a.val, a.dval
-        if type(x) is np.ndarray:
-            if type(dx) is not np.ndarray or dx.shape != x.shape or dx.dtype != x.dtype \
+        if isinstance(x, np.ndarray):          # (subclasses too: a np.memmap view)
+            if not isinstance(dx, np.ndarray) or dx.shape != x.shape or dx.dtype != x.dtype \
                     or not dx.flags.writeable or share_memory(x, dx) \
                     or overlaps_itself(x) or overlaps_itself(dx):
                 check_shadow(i, x, dx)
@@ -313,7 +313,7 @@ def _array_shadow_pairs(args, positions):
     pairs = []
     for i in positions:
         x, dx = args[i].val, args[i].dval
-        if type(x) is np.ndarray:
+        if isinstance(x, np.ndarray):
             pairs.append((i, x, dx))
         elif not _is_float_scalar(x):
             pairs += [(f"{i} (its array {k})", a, da)

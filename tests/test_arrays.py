@@ -417,6 +417,27 @@ def test_shadow_of_another_layout_is_laid_out_like_its_array():
     np.testing.assert_allclose(dt, fd_gradient(grid_sum, [transposed], 0), rtol=1e-6)
 
 
+def test_shadow_of_another_layout_for_an_ndarray_subclass(tmp_path):
+    """A np.memmap view (an ndarray subclass) gets the stand-in as a plain view
+    does: the shadow was passed as it was, addressed with the view's strides (wrong
+    derivatives, writes past the shadow's end, tangents read from beyond it)."""
+    mapped = np.memmap(tmp_path / "x.dat", dtype=np.float64, mode="w+", shape=(14,))
+    mapped[:] = np.linspace(0.1, 2.0, 14)
+    view = mapped[::2]
+    backing = np.zeros(14)
+    shadow = backing[:7]
+    autodiff(Reverse, sum_of_squares, Duplicated(view, shadow))
+    np.testing.assert_allclose(shadow, 2 * np.asarray(view))
+    assert not backing[7:].any()
+    (tangent,) = autodiff(Forward, sum_of_squares, Duplicated(view, np.ones(7)))
+    assert tangent == pytest.approx(2 * np.asarray(view).sum())
+    grid = np.memmap(tmp_path / "g.dat", dtype=np.float64, mode="w+", shape=(2, 3))
+    grid[:] = np.arange(1.0, 7.0).reshape(2, 3) / 7.0
+    dg = np.zeros((2, 3), order="F")
+    autodiff(Reverse, grid_sum, Duplicated(grid, dg))
+    np.testing.assert_allclose(dg, fd_gradient(grid_sum, [np.asarray(grid)], 0), rtol=1e-6)
+
+
 def test_shadow_checked_on_cached_calls_too():
     autodiff(Reverse, sum_of_squares, Duplicated(X.copy(), np.zeros(7)))
     with pytest.raises(ValueError, match="shape"):
