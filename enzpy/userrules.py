@@ -100,6 +100,14 @@ def _rule_name(f) -> str:
 
 def _spec(f) -> RuleSpec:
     fn = _function(f)
+    inline = getattr(f, "targetoptions", {}).get("inline", "never")
+    if inline != "never":
+        # Numba inlines such a function into its callers' Numba IR: no call of it is
+        # left in the code enzpy differentiates, so the rule would never be used.
+        raise UnsupportedError(
+            f"{_rule_name(f)}: the function is @njit(inline={inline!r}); Numba "
+            f"copies its body into every caller, so enzpy sees no call to apply a rule "
+            f"to: register the rule on a function compiled without inline=")
     spec = _rules.get(fn)
     if spec is None:
         spec = _rules[fn] = RuleSpec(_rule_name(f))

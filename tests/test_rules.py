@@ -880,6 +880,41 @@ def test_a_rule_taking_other_arguments_is_refused_when_registered():
     np.testing.assert_allclose(dx, 2 * x)
 
 
+@njit(inline="always")
+def _inlined_softplus(x):
+    return math.log(1.0 + math.exp(x))
+
+
+@njit
+def _twice_inlined_softplus(x):
+    return 2.0 * _inlined_softplus(x)
+
+
+def test_a_rule_on_a_function_numba_inlines_is_refused():
+    """Numba copies an inline='always' body into its callers: the rule was never
+    used (the naive body's NaN at x = 800 instead of the rule's 2)."""
+    @njit
+    def fwd(x):
+        return x, x
+
+    @njit
+    def bwd(x, g):
+        return (g / (1.0 + math.exp(-x)),)
+
+    @njit
+    def jvp(primals, tangents):
+        return primals[0], tangents[0]
+
+    for register in (lambda: defvjp(_inlined_softplus, fwd, bwd),
+                     lambda: defjvp(_inlined_softplus, jvp),
+                     lambda: enzpy.inactive(_inlined_softplus)):
+        with pytest.raises(UnsupportedError, match=r"'_inlined_softplus': the function is "
+                                                   r"@njit\(inline='always'\)"):
+            register()
+    (grad,), = autodiff(Reverse, _twice_inlined_softplus, Active(0.5))   # no rule registered
+    assert grad == pytest.approx(2.0 / (1.0 + math.exp(-0.5)))
+
+
 def test_check_rule_names_a_cotangent_of_the_wrong_shape():
     @njit
     def fwd(x):
