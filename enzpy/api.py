@@ -464,7 +464,9 @@ def _differentiate(mode, f, disp, args):
                                      entry.written_shadowed)
     # A field the function reassigns (o.w = o.w * x, o.inner = Lin(...)) leaves the
     # shadow object's field on the new value's shadow, spent by the reverse sweep; the
-    # derivative is in the shadow the field held, which it gets back.
+    # derivative is in the shadow the field held, which it gets back. So do a list's
+    # items (L[0] = L[0] * x, L.pop(), L.reverse()): the shadow list keeps the
+    # derivatives of the items passed in, in their order.
     held = [field for a in args
             if mode.reverse and type(a) is Duplicated and not isinstance(a.val, np.ndarray)
             for field in reference_fields(a.dval)]

@@ -322,9 +322,18 @@ def _holds_references(value) -> bool:
 def reference_fields(obj) -> list:
     """(object, name, value) of the fields holding arrays or objects (tuples of
     them included), of the jitclass and structref objects ``obj`` is or holds
-    (as ``objects_in`` walks it)."""
-    return [(holder, name, getattr(holder, name)) for holder in objects_in(obj)
-            for name in _object_fields(holder) if _holds_references(getattr(holder, name))]
+    (as ``objects_in`` walks it), and (list, None, its items) of the Python lists
+    it is or holds (in tuples and lists)."""
+    fields = [(holder, name, getattr(holder, name)) for holder in objects_in(obj)
+              for name in _object_fields(holder) if _holds_references(getattr(holder, name))]
+    lists, stack = {}, [obj]
+    while stack:
+        value = stack.pop()
+        if type(value) is list:
+            lists.setdefault(id(value), value)
+        if isinstance(value, (tuple, list)):
+            stack.extend(value)
+    return fields + [(items, None, list(items)) for items in lists.values()]
 
 
 def _restored(now, before):
@@ -342,8 +351,13 @@ def _restored(now, before):
 
 def restore_reference_fields(fields):
     """Point the fields (``reference_fields`` before a call) that the call made
-    refer to another array or object back to the one they held."""
+    refer to another array or object back to the one they held, and give the
+    lists back the items they held."""
     for obj, name, value in fields:
+        if name is None:
+            if len(obj) != len(value) or any(a is not b for a, b in zip(obj, value)):
+                obj[:] = value
+            continue
         now = getattr(obj, name)
         restored = _restored(now, value)
         if restored is not now:
