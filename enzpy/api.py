@@ -474,7 +474,8 @@ def _differentiate(mode, f, disp, args):
         out = entry.call(*values, *shadows)
     except SystemError as error:
         raise_exception_set_by(error)
-    restore_reference_fields(held)
+    finally:
+        restore_reference_fields(held)
     if copies:
         for dx, stand_in in copies:
             dx[...] = stand_in
