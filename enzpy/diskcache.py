@@ -388,8 +388,8 @@ def _load(key, codegen, depth=0, accept=lambda index: True):
     if any(name in payload[2][0] for name in _PARALLEL_RUNTIME):
         # (and its parallel runtime before its first parallel function: loading
         # code that calls it first would abort the process)
-        from numba.np.ufunc.parallel import _launch_threads
-        _launch_threads()
+        from .parallel import launch_threads
+        launch_threads()
     try:
         for name, module_name, consts in index.get("environments", ()):
             backend.define_environment(codegen, name,

@@ -19,15 +19,21 @@ function ``numba_parallel_for[G]`` (see ``name_parallel_loops``) with a rule:
 The schedule entries are independent (``prange``'s contract), so their reverse
 sweeps may run in any order and on any thread; but for one thing: a reduction
 (and a user's ``get_thread_id()`` buffer) keeps its running value in a slot of
-the thread. With more entries than threads (``numba.set_parallel_chunksize``)
-one thread's entries chain through its slot, which a multiplication or a max
-makes order-dependent: such a loop runs its entries on the calling thread, in
-order in the forward sweep and in reverse order in the reverse one. So does a
+the thread. With more entries than threads (``numba.set_parallel_chunksize``),
+or under TBB's threading layer (whose work stealing may run several entries on one
+thread whatever their number), one thread's entries chain through its slot,
+which a multiplication or a max makes order-dependent: such a loop runs its
+entries on the calling thread, in order in the forward sweep and in reverse
+order in the reverse one. So does a
 loop reaching a function rule whose reverse adds into shadows with plain loads
 and stores (BLAS, LAPACK, users' rules: ``FunctionRule.thread_safe_reverse``):
 iterations sharing an operand would lose each other's additions.
 """
 from __future__ import annotations
+
+import ctypes
+
+from llvmlite import binding as llvm
 
 from .analysis import numba_convention
 from .custom import FunctionRule, register, rule_for
@@ -44,6 +50,21 @@ _PARAMS = [("ptr", "fn"), ("ptr", "args"), ("ptr", "dims"), ("ptr", "steps"), ("
 _TAPE_BYTES = size_and_alignment(TAPE_TYPE)[0]
 # base args, base shadow args, tapes, count, ndim, the flag an entry that raises sets
 _CONTEXT = "{ ptr, ptr, ptr, i64, i64, ptr }"
+# Whether Numba's threading layer may run several schedule entries of a loop on one
+# thread with no more entries than threads (TBB; OpenMP and the workqueue give each
+# thread one): set once the layer is started, read by the derivatives as they run (so
+# a derivative saved to the persistent cache fits any layer).
+SHARED_THREADS = "enzpy_entries_may_share_threads"
+_shared_threads = ctypes.c_uint8(0)
+llvm.add_symbol(SHARED_THREADS, ctypes.addressof(_shared_threads))
+
+
+def launch_threads():
+    """Start Numba's threading layer, as its first parallel loop would, and
+    note whether it may put several entries of a loop on one thread."""
+    from numba.np.ufunc import parallel as numba_parallel
+    numba_parallel._launch_threads()
+    _shared_threads.value = numba_parallel.threading_layer() == "tbb"
 
 
 def name_parallel_loops(module):
@@ -249,11 +270,15 @@ class ParallelForRule(FunctionRule):
         # (see the module's docstring)
         body_name = _body(deriv.fn.name)
         if _calls_unsafe_rules(builder.module, body_name):
-            chained = "add i1 1, 0"
+            chained = "  %chained = add i1 1, 0"
         elif _reads_thread_id(builder.module, body_name):
-            chained = "icmp ugt i64 %n, %threads"
+            launch_threads()
+            chained = f"""  %more.entries = icmp ugt i64 %n, %threads
+  %layer.shares = load i8, ptr @{SHARED_THREADS}
+  %shares = icmp ne i8 %layer.shares, 0
+  %chained = or i1 %more.entries, %shares"""
         else:
-            chained = "add i1 0, 0"
+            chained = "  %chained = add i1 0, 0"
         aug = f"""
 define internal void @"{deriv.aug_name}"({params}) {{
 entry:
@@ -333,6 +358,7 @@ entry:
     def declarations(self):
         return {PARALLEL_FOR: f"declare void @{PARALLEL_FOR}(ptr, ptr, ptr, ptr, ptr, i64, "
                               f"i64, i64)",
+                SHARED_THREADS: f"@{SHARED_THREADS} = external global i8",
                 "PyGILState_Ensure": "declare i32 @PyGILState_Ensure()",
                 "PyEval_SaveThread": "declare ptr @PyEval_SaveThread()",
                 "PyEval_RestoreThread": "declare void @PyEval_RestoreThread(ptr)",
@@ -341,9 +367,9 @@ entry:
 
 def _launch(chained, entries, args, dims, steps, ndim, count) -> str:
     """Run ``entries`` over the schedule: on the calling thread, in order, where
-    ``chained`` (an i1 instruction) holds, else on Numba's threads; ends in block
-    ``ran``."""
-    return f"""  %chained = {chained}
+    ``chained`` (instructions computing ``%chained``, an i1) holds, else on
+    Numba's threads; ends in block ``ran``."""
+    return f"""{chained}
   br i1 %chained, label %in.order, label %parallel
 in.order:
   call void @"{entries}"(ptr {args}, ptr {dims}, ptr {steps}, ptr %ctx)

@@ -16,6 +16,13 @@ for _p in (_ROOT, _HERE):
 if "numba" not in sys.modules:
     os.environ.setdefault("NUMBA_OPT", "1")
 
+# With the tbb package installed (a test dependency) Numba would run every parallel loop
+# under TBB; the suite keeps Numba's usual layer (OpenMP, else its workqueue), and
+# test_parallel.py runs the loops TBB schedules differently under TBB in a process of
+# their own.
+if "numba" not in sys.modules:
+    os.environ.setdefault("NUMBA_THREADING_LAYER_PRIORITY", "omp workqueue tbb")
+
 # Each test session starts from an empty persistent derivative cache of its own
 # (subprocesses the tests start inherit it): the suite exercises saving and
 # loading without reading or filling the user's cache.

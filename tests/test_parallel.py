@@ -222,6 +222,73 @@ def test_reductions_chaining_through_a_threads_slot_under_a_chunk_size(f, chunk,
     assert tangent == pytest.approx(expected.sum(), rel=1e-6)
 
 
+UNDER_TBB = """
+import sys
+import numba
+import numpy as np
+from numba import njit, prange
+from enzpy import Duplicated, Forward, Reverse, autodiff
+
+
+@njit(parallel=True)
+def product_max_min(x):
+    p, m, lo = 1.0, -np.inf, np.inf
+    for i in prange(x.size):
+        p *= x[i]
+        m = max(m, x[i] * x[i])
+        lo = min(lo, x[i] - 0.1 * i)
+    return p + m + 2.0 * lo
+
+
+@njit(parallel=True)
+def per_thread_products(x):
+    slots = np.ones(numba.get_num_threads())
+    for i in prange(x.size):
+        t = numba.get_thread_id()
+        slots[t] = slots[t] * x[i]
+    return np.prod(slots) + np.max(x * x)
+
+
+worst = 0.0
+for f in (product_max_min, per_thread_products):
+    for size in (2, 3, 9, 40):
+        x = np.linspace(0.5, 1.7, size)[::-1].copy()
+        for _ in range(5):          # (TBB's schedule changes from call to call)
+            dx = np.zeros(size)
+            autodiff(Reverse, f, Duplicated(x.copy(), dx))
+            (tangent,) = autodiff(Forward, f, Duplicated(x.copy(), np.ones(size)))
+            fd = np.zeros(size)
+            for i in range(size):
+                up, down = x.copy(), x.copy()
+                up[i] += 1e-6
+                down[i] -= 1e-6
+                fd[i] = (f.py_func(up) - f.py_func(down)) / 2e-6
+            scale = np.abs(fd).max()
+            worst = max(worst, np.abs(dx - fd).max() / scale, abs(tangent - fd.sum()) / scale)
+print(numba.threading_layer(), worst)
+"""
+
+
+def test_reductions_under_tbbs_threading_layer(tmp_path):
+    """TBB (Numba's layer when the tbb package is installed) may run several
+    schedule entries on one thread with no more entries than threads: a product,
+    max or min reduction's gradient was wrong (3.9 came out 6.4) until such loops
+    ran their entries in order there too."""
+    script = tmp_path / "under_tbb.py"
+    script.write_text(UNDER_TBB)
+    # (pip puts libtbb beside the interpreter's libraries)
+    libraries = os.pathsep.join(filter(None, [os.path.join(sys.prefix, "lib"),
+                                              os.environ.get("LD_LIBRARY_PATH")]))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, NUMBA_THREADING_LAYER="tbb",
+                                                NUMBA_NUM_THREADS="2",
+                                                LD_LIBRARY_PATH=libraries))
+    assert done.returncode == 0, done.stderr[-3000:]
+    layer, worst = done.stdout.split()
+    assert layer == "tbb"
+    assert float(worst) < 1e-6, worst
+
+
 @njit(parallel=True)
 def _parallel_cubes(x):
     s = 0.0
