@@ -44,6 +44,8 @@ from .fingerprint import NotCacheable, value_digest
 
 _lock = threading.RLock()
 _raw_ir: dict = {}            # mangled symbol -> IR text of the module defining it
+# symbol -> (dispatcher, what Numba compiled) of the functions lowered again by enzpy
+_lowered_again: dict = {}
 # mangled symbol -> (dispatcher, argument types): how to lower a Numba function
 # again, for every dispatcher a compilation has called since enzpy was imported
 _dispatchers: dict = {}
@@ -296,7 +298,22 @@ def _compile_again(dispatcher, argtypes, symbol):
         text = re.sub(r'^declare [^\n]*@"?' + re.escape(symbol) + r'"?\(.*$\n?', "",
                       text, flags=re.M)
         _raw_ir[symbol] = text.replace(new, symbol)
+        compiled = _overload(dispatcher, argtypes)
+        if compiled is not None and compiled.fndesc.calltypes is not None:
+            _lowered_again[symbol] = (dispatcher, compiled)
         return _raw_ir[symbol], cres.fndesc
+
+
+def _known_raw_ir(symbol):
+    """The raw IR recorded, or lowered again, for ``symbol``, or None; a
+    function lowered again is checked, every time it is used, against callees
+    compiled again since (``_check_linked_callees``)."""
+    with _lock:
+        text = _raw_ir.get(symbol)
+        again = _lowered_again.get(symbol)
+    if text is not None and again is not None:
+        _check_linked_callees(*again)
+    return text
 
 
 def _frozen_values(cres, parallel_loops=True) -> dict:
@@ -390,6 +407,38 @@ def _check_frozen_values(dispatcher, argtypes, cres):
     if arrays and not _froze_the_same_arrays(dispatcher, argtypes, compiled):
         _refuse_frozen(dispatcher, *arrays[0], "held other values than it holds now (an "
                        "array changed in place)")
+    _check_linked_callees(dispatcher, compiled)
+
+
+def _check_linked_callees(dispatcher, compiled):
+    """Numba links into a function the code its callees had when it was
+    compiled; a callee compiled again since (``g.recompile()``, which the refusals
+    above advise) is lowered as it is today, while Numba keeps running the old one.
+    (A library of the callee's name linked, not the current one: mutual recursion
+    links none.)"""
+    linked = getattr(compiled.library, "_linking_libraries", ())
+    typemap, calltypes = compiled.fndesc.typemap, compiled.fndesc.calltypes
+    if typemap is None or calltypes is None:
+        return              # (loaded from Numba's cache: no typing kept)
+    for expr, sig in calltypes.items():
+        fnty = typemap.get(getattr(expr._kws.get("func") if hasattr(expr, "_kws") else None,
+                                   "name", ""))
+        if not isinstance(fnty, types.Dispatcher):
+            continue
+        try:
+            callee = fnty.dispatcher
+        except ReferenceError:
+            continue        # (refused, naming the call, when its callees are walked)
+        now = _overload(callee, sig.args)
+        if callee is dispatcher or now is None or any(lib is now.library for lib in linked):
+            continue
+        if any(lib.name == now.library.name for lib in linked):
+            name = dispatcher.py_func.__qualname__
+            raise UnsupportedError(
+                f"Numba compiled '{name}' before enzpy saw it, calling "
+                f"'{callee.py_func.__qualname__}', which has been compiled again since "
+                f"(recompile()); Numba still runs '{name}' with the earlier code: call "
+                f"{dispatcher.py_func.__name__}.recompile() too")
 
 
 # A global or closure value in the text of a type annotation, and a memory
@@ -809,7 +858,14 @@ class Lowered:
             fnty = typemap.get(getattr(func, "name", ""), None)
             self._refuse_reinterpreted_floats(fnty, sig, expr)
             if isinstance(fnty, types.Dispatcher):
-                found.append((fnty.dispatcher, sig.args))
+                try:
+                    found.append((fnty.dispatcher, sig.args))
+                except ReferenceError:      # (Numba's type holds it weakly)
+                    raise UnsupportedError(
+                        f"Numba compiled '{self.name}' calling a function that has since been "
+                        f"replaced and freed (a cell run again, a module reloaded)"
+                        f"{self._at(expr.loc.line)}; Numba still runs the code it linked "
+                        f"then: call {self.dispatcher.py_func.__name__}.recompile()") from None
             elif isinstance(fnty, types.RecursiveCall):
                 # self recursion, possibly into another specialisation
                 found.append((fnty.dispatcher_type.dispatcher, sig.args))
@@ -983,7 +1039,7 @@ EXTRA_CALLEES: list = []
 
 def _raw_text(lowered: Lowered) -> str:
     with _lock:
-        text = _raw_ir.get(lowered.symbol)
+        text = _known_raw_ir(lowered.symbol)
     if text is None:
         text = _compile_again(lowered.dispatcher, lowered.argtypes, lowered.symbol)[0]
     return text
@@ -1270,7 +1326,7 @@ def link_module(root: Lowered, lowered: dict, mode="reverse", builtin_glue=True)
                 continue
             linked.add(name)
             _refuse_ambiguous(name)
-            text = _raw_ir.get(name)
+            text = _known_raw_ir(name)
             if text is None and name in lowered:
                 text = _raw_text(lowered[name])
             if text is None and name in _dispatchers:

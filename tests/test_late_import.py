@@ -202,6 +202,87 @@ def test_values_changed_since_numba_compiled_before_import_are_refused(tmp_path)
     assert abs(out["fast_caller"] - (2.0 * np.exp(0.4) + 1.0)) < 1e-12
 
 
+RECOMPILED_CALLEE = '''
+import gc
+import json
+import math
+import sys
+import types
+
+from numba import njit
+
+K = 2.0
+
+
+@njit
+def g(x):
+    return K * math.sin(x)
+
+
+@njit
+def f(x):
+    return g(x) * x
+
+
+config = types.ModuleType("config")
+sys.modules["config"] = config
+exec("import math\\nfrom numba import njit\\n@njit\\ndef h(x):\\n    return math.sin(x)\\n",
+     config.__dict__)
+
+
+@njit
+def through_module(x):
+    return config.h(x) * 2.0
+
+
+f(0.5)
+through_module(0.5)
+K = 5.0                          # a later cell
+exec("import math\\nfrom numba import njit\\n@njit\\ndef h(x):\\n    return math.exp(x)\\n",
+     config.__dict__)            # the module reloaded: the h Numba linked is freed
+gc.collect()
+
+import enzpy                     # noqa: E402
+from enzpy import Active, Reverse, UnsupportedError, autodiff   # noqa: E402
+
+
+def attempt(fn):
+    try:
+        return autodiff(Reverse, fn, Active(0.5))[0][0]
+    except UnsupportedError as error:
+        return str(error)
+
+
+out = {"first": attempt(f)}      # refused: g froze K = 2
+g.recompile()                    # as the refusal advises
+out["after_g"] = attempt(f)      # f still runs the g it linked (K = 2)
+f.recompile()
+out["after_f"] = attempt(f)
+out["freed"] = attempt(through_module)
+print(json.dumps(out))
+'''
+
+
+def test_callers_of_callees_compiled_again_are_refused(tmp_path):
+    """A caller Numba compiled before ``import enzpy`` keeps the code its callees
+    had then: after ``g.recompile()`` (which the refusal of g's changed global
+    advises) enzpy differentiated today's g, 4.59 where the f Numba runs has 1.84;
+    a callee replaced and freed since (a module reloaded) crashed with
+    ReferenceError. Both are refused, advising ``f.recompile()``."""
+    (tmp_path / "run.py").write_text(RECOMPILED_CALLEE)
+    done = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, ENZPY_CACHE="0"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "global 'K' was 2.0; it is now 5.0" in out["first"], out
+    assert "calling 'g', which has been compiled again since" in out["after_g"], out
+    assert "f.recompile()" in out["after_g"], out
+    x = 0.5
+    assert out["after_f"] == pytest.approx(5.0 * (math.sin(x) + x * math.cos(x)), rel=1e-12)
+    assert "calling a function that has since been replaced and freed" in out["freed"], out
+    assert "through_module.recompile()" in out["freed"], out
+
+
 CACHED_CALLEE = '''
 import math
 from numba import njit
