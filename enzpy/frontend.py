@@ -46,6 +46,7 @@ _lock = threading.RLock()
 _raw_ir: dict = {}            # mangled symbol -> IR text of the module defining it
 # symbol -> (dispatcher, what Numba compiled) of the functions lowered again by enzpy
 _lowered_again: dict = {}
+_recompiled = weakref.WeakSet()   # dispatchers ``recompile()``d since enzpy was imported
 # mangled symbol -> (dispatcher, argument types): how to lower a Numba function
 # again, for every dispatcher a compilation has called since enzpy was imported
 _dispatchers: dict = {}
@@ -137,6 +138,14 @@ def _install_hooks():
         return found
 
     Dispatcher.get_call_template = get_call_template
+
+    recompile = Dispatcher.recompile
+
+    def recompile_noted(self):
+        _recompiled.add(self)
+        return recompile(self)
+
+    Dispatcher.recompile = recompile_noted
 
     lower_init = lowering.BaseLower.__init__
 
@@ -289,6 +298,10 @@ def _compile_again(dispatcher, argtypes, symbol):
     with enzpy_hints_hidden():
         cres = _compile_py_func(dispatcher, argtypes)
     _check_frozen_values(dispatcher, argtypes, cres)
+    compiled = _overload(dispatcher, argtypes)
+    if compiled is not None:
+        checked = (dispatcher, compiled, [t.dispatcher for t, _ in _dispatcher_calls(cres.fndesc)])
+        _check_linked_callees(*checked)
     _define_environment(_target_context(dispatcher), cres)
     new = cres.fndesc.mangled_name
     with _lock:
@@ -298,9 +311,8 @@ def _compile_again(dispatcher, argtypes, symbol):
         text = re.sub(r'^declare [^\n]*@"?' + re.escape(symbol) + r'"?\(.*$\n?', "",
                       text, flags=re.M)
         _raw_ir[symbol] = text.replace(new, symbol)
-        compiled = _overload(dispatcher, argtypes)
-        if compiled is not None and compiled.fndesc.calltypes is not None:
-            _lowered_again[symbol] = (dispatcher, compiled)
+        if compiled is not None:
+            _lowered_again[symbol] = checked
         return _raw_ir[symbol], cres.fndesc
 
 
@@ -407,24 +419,33 @@ def _check_frozen_values(dispatcher, argtypes, cres):
     if arrays and not _froze_the_same_arrays(dispatcher, argtypes, compiled):
         _refuse_frozen(dispatcher, *arrays[0], "held other values than it holds now (an "
                        "array changed in place)")
-    _check_linked_callees(dispatcher, compiled)
 
 
-def _check_linked_callees(dispatcher, compiled):
+def _dispatcher_calls(fndesc):
+    """(Numba's type of the callee, signature) of the calls of Numba functions
+    in a compilation's typing."""
+    typemap = fndesc.typemap
+    for expr, sig in fndesc.calltypes.items():
+        func = expr._kws.get("func") if hasattr(expr, "_kws") else None
+        fnty = typemap.get(getattr(func, "name", ""))
+        if isinstance(fnty, types.Dispatcher):
+            yield fnty, sig
+
+
+def _check_linked_callees(dispatcher, compiled, today):
     """Numba links into a function the code its callees had when it was
     compiled; a callee compiled again since (``g.recompile()``, which the refusals
-    above advise) is lowered as it is today, while Numba keeps running the old one.
-    (A library of the callee's name linked, not the current one: mutual recursion
-    links none.)"""
-    linked = getattr(compiled.library, "_linking_libraries", ())
-    typemap, calltypes = compiled.fndesc.typemap, compiled.fndesc.calltypes
-    if typemap is None or calltypes is None:
-        return              # (loaded from Numba's cache: no typing kept)
-    for expr, sig in calltypes.items():
-        fnty = typemap.get(getattr(expr._kws.get("func") if hasattr(expr, "_kws") else None,
-                                   "name", ""))
-        if not isinstance(fnty, types.Dispatcher):
-            continue
+    of changed values advise) is lowered as it is today, while Numba keeps running
+    the old one. ``today``: the dispatchers today's compilation calls."""
+    if compiled.fndesc.calltypes is None:
+        # (loaded from Numba's cache, which keeps neither typing nor what it linked:
+        # a callee recompiled in this process is what can be told)
+        for callee in today:
+            if callee in _recompiled and callee is not dispatcher:
+                _refuse_relinked(dispatcher, callee)
+        return
+    linked = compiled.library._linking_libraries
+    for fnty, sig in _dispatcher_calls(compiled.fndesc):
         try:
             callee = fnty.dispatcher
         except ReferenceError:
@@ -432,13 +453,18 @@ def _check_linked_callees(dispatcher, compiled):
         now = _overload(callee, sig.args)
         if callee is dispatcher or now is None or any(lib is now.library for lib in linked):
             continue
+        # (a library of the callee's name linked, not today's: mutual recursion links none)
         if any(lib.name == now.library.name for lib in linked):
-            name = dispatcher.py_func.__qualname__
-            raise UnsupportedError(
-                f"Numba compiled '{name}' before enzpy saw it, calling "
-                f"'{callee.py_func.__qualname__}', which has been compiled again since "
-                f"(recompile()); Numba still runs '{name}' with the earlier code: call "
-                f"{dispatcher.py_func.__name__}.recompile() too")
+            _refuse_relinked(dispatcher, callee)
+
+
+def _refuse_relinked(dispatcher, callee):
+    name = dispatcher.py_func.__qualname__
+    raise UnsupportedError(
+        f"Numba compiled '{name}' before enzpy saw it (before enzpy was imported, or into its "
+        f"disk cache: cache=True), calling '{callee.py_func.__qualname__}', which has been "
+        f"compiled again since (recompile()); Numba still runs '{name}' with the earlier "
+        f"code: call {dispatcher.py_func.__name__}.recompile() too")
 
 
 # A global or closure value in the text of a type annotation, and a memory

@@ -283,6 +283,60 @@ def test_callers_of_callees_compiled_again_are_refused(tmp_path):
     assert "through_module.recompile()" in out["freed"], out
 
 
+CACHED_PAIR = '''
+import math
+import os
+from numba import njit
+
+K = float(os.environ["K"])
+
+
+@njit(cache=True)
+def g(x):
+    return K * math.sin(x)
+
+
+@njit(cache=True)
+def f(x):
+    return g(x) * x
+'''
+
+CACHED_PAIR_RUN = '''
+import json
+import sys
+
+import enzpy
+from enzpy import Active, Reverse, autodiff
+
+sys.path.insert(0, sys.argv[1])
+import cached_pair        # noqa: E402
+
+cached_pair.f(0.5)        # Numba loads f (and the g it linked) from its cache
+if sys.argv[2:] == ["fill"]:
+    sys.exit()
+cached_pair.g.recompile()
+try:
+    print(json.dumps(autodiff(Reverse, cached_pair.f, Active(0.5))[0][0]))
+except enzpy.UnsupportedError as error:
+    print(json.dumps(str(error)))
+'''
+
+
+def test_a_numba_cached_caller_of_a_callee_compiled_again_is_refused(tmp_path):
+    """``f`` loaded from Numba's cache runs the ``g`` it was saved with (K = 2);
+    after ``g.recompile()`` (K = 5 in this process) enzpy differentiated today's."""
+    (tmp_path / "cached_pair.py").write_text(CACHED_PAIR)
+    (tmp_path / "run.py").write_text(CACHED_PAIR_RUN)
+    for k, step in (("2.0", "fill"), ("5.0", "differentiate")):
+        done = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path), step],
+                              capture_output=True, text=True, timeout=600,
+                              env=dict(os.environ, K=k, ENZPY_CACHE="0",
+                                       NUMBA_CACHE_DIR=str(tmp_path / "numba")))
+        assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "calling 'g', which has been compiled again since" in answer, answer
+
+
 CACHED_CALLEE = '''
 import math
 from numba import njit
