@@ -226,31 +226,13 @@ UNDER_TBB = """
 import sys
 import numba
 import numpy as np
-from numba import njit, prange
 from enzpy import Duplicated, Forward, Reverse, autodiff
 
-
-@njit(parallel=True)
-def product_max_min(x):
-    p, m, lo = 1.0, -np.inf, np.inf
-    for i in prange(x.size):
-        p *= x[i]
-        m = max(m, x[i] * x[i])
-        lo = min(lo, x[i] - 0.1 * i)
-    return p + m + 2.0 * lo
-
-
-@njit(parallel=True)
-def per_thread_products(x):
-    slots = np.ones(numba.get_num_threads())
-    for i in prange(x.size):
-        t = numba.get_thread_id()
-        slots[t] = slots[t] * x[i]
-    return np.prod(slots) + np.max(x * x)
-
+sys.path.insert(0, sys.argv[1])
+from test_parallel import _per_thread_products, _product_max_min
 
 worst = 0.0
-for f in (product_max_min, per_thread_products):
+for f in (_product_max_min, _per_thread_products):
     for size in (2, 3, 9, 40):
         x = np.linspace(0.5, 1.7, size)[::-1].copy()
         for _ in range(5):          # (TBB's schedule changes from call to call)
@@ -279,7 +261,8 @@ def test_reductions_under_tbbs_threading_layer(tmp_path):
     # (pip puts libtbb beside the interpreter's libraries)
     libraries = os.pathsep.join(filter(None, [os.path.join(sys.prefix, "lib"),
                                               os.environ.get("LD_LIBRARY_PATH")]))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(script), os.path.dirname(__file__)],
+                          capture_output=True, text=True,
                           timeout=600, env=dict(os.environ, NUMBA_THREADING_LAYER="tbb",
                                                 NUMBA_NUM_THREADS="2",
                                                 LD_LIBRARY_PATH=libraries))
