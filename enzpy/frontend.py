@@ -44,7 +44,8 @@ from .fingerprint import NotCacheable, value_digest
 
 _lock = threading.RLock()
 _raw_ir: dict = {}            # mangled symbol -> IR text of the module defining it
-# symbol -> (dispatcher, what Numba compiled) of the functions lowered again by enzpy
+# symbol -> (dispatcher, what Numba compiled, the dispatchers today's lowering calls) of the
+# functions lowered again by enzpy (``_check_linked_callees``)
 _lowered_again: dict = {}
 _recompiled = weakref.WeakSet()   # dispatchers ``recompile()``d since enzpy was imported
 # mangled symbol -> (dispatcher, argument types): how to lower a Numba function
