@@ -422,13 +422,17 @@ def _check_frozen_values(dispatcher, argtypes, cres):
                        "array changed in place)")
 
 
+def _callee_type(typemap, expr):
+    """Numba's type of what the call ``expr`` calls, or None."""
+    func = expr._kws.get("func") if hasattr(expr, "_kws") else None
+    return typemap.get(getattr(func, "name", ""))
+
+
 def _dispatcher_calls(fndesc):
     """(Numba's type of the callee, signature) of the calls of Numba functions
     in a compilation's typing."""
-    typemap = fndesc.typemap
     for expr, sig in fndesc.calltypes.items():
-        func = expr._kws.get("func") if hasattr(expr, "_kws") else None
-        fnty = typemap.get(getattr(func, "name", ""))
+        fnty = _callee_type(fndesc.typemap, expr)
         if isinstance(fnty, types.Dispatcher):
             yield fnty, sig
 
@@ -881,8 +885,7 @@ class Lowered:
                 raise UnsupportedError(f"function '{self.name}' uses a generator ({ty}){where}, "
                                        f"which enzpy cannot differentiate")
         for expr, sig in fndesc.calltypes.items():
-            func = expr._kws.get("func") if hasattr(expr, "_kws") else None
-            fnty = typemap.get(getattr(func, "name", ""), None)
+            fnty = _callee_type(typemap, expr)
             self._refuse_reinterpreted_floats(fnty, sig, expr)
             if isinstance(fnty, types.Dispatcher):
                 try:
@@ -1065,8 +1068,7 @@ EXTRA_CALLEES: list = []
 
 
 def _raw_text(lowered: Lowered) -> str:
-    with _lock:
-        text = _known_raw_ir(lowered.symbol)
+    text = _known_raw_ir(lowered.symbol)
     if text is None:
         text = _compile_again(lowered.dispatcher, lowered.argtypes, lowered.symbol)[0]
     return text
