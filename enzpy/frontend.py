@@ -301,7 +301,7 @@ def _compile_again(dispatcher, argtypes, symbol):
     _check_frozen_values(dispatcher, argtypes, cres)
     compiled = _overload(dispatcher, argtypes)
     if compiled is not None:
-        checked = (dispatcher, compiled, [t.dispatcher for t, _ in _dispatcher_calls(cres.fndesc)])
+        checked = (dispatcher, compiled, cres.fndesc)
         _check_linked_callees(*checked)
     _define_environment(_target_context(dispatcher), cres)
     new = cres.fndesc.mangled_name
@@ -441,11 +441,15 @@ def _check_linked_callees(dispatcher, compiled, today):
     """Numba links into a function the code its callees had when it was
     compiled; a callee compiled again since (``g.recompile()``, which the refusals
     of changed values advise) is lowered as it is today, while Numba keeps running
-    the old one. ``today``: the dispatchers today's compilation calls."""
+    the old one. ``today``: the function descriptor of today's compilation."""
     if compiled.fndesc.calltypes is None:
         # (loaded from Numba's cache, which keeps neither typing nor what it linked:
         # a callee recompiled in this process is what can be told)
-        for callee in today:
+        for fnty, _ in _dispatcher_calls(today):
+            try:
+                callee = fnty.dispatcher
+            except ReferenceError:
+                continue        # (freed: not recompiled in this process)
             if callee in _recompiled and callee is not dispatcher:
                 _refuse_relinked(dispatcher, callee)
         return
