@@ -293,13 +293,17 @@ def with_runs(inp, name):
 
 
 def run_tool(messages, timeout=900):
-    """Send every message (a dict, or a raw line as a str) to a fresh tool; the answers."""
-    lines = "".join((m if isinstance(m, str) else json.dumps(m)) + "\n" for m in messages)
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "enzpy.gradbench"], input=lines, text=True,
+    """Send every message (a dict, or a raw line as a str or bytes) to a fresh tool (which
+    decodes UTF-8 strictly, as in a full locale); the answers."""
+    lines = b"".join((m if isinstance(m, bytes) else
+                      (m if isinstance(m, str) else json.dumps(m)).encode()) + b"\n"
+                     for m in messages)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONIOENCODING": "utf-8"}
+    proc = subprocess.run([sys.executable, "-m", "enzpy.gradbench"], input=lines,
                           capture_output=True, timeout=timeout, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
+    stderr = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0, stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.decode().splitlines()], stderr
 
 
 # -- the session --------------------------------------------------------------------------------
@@ -535,6 +539,15 @@ def test_bad_messages_get_errors_and_the_tool_keeps_serving():
          "input": {"x": [], "n": 100000}},                               # no coefficient
         '{"id": 18, "kind": "evaluate", "module": "particle", "function": "rr", '
         '"input": {"w": NaN}}',                                          # NaN read by Python
+        '{"id": 19, "kind": "evaluate", "module": "lse", "function": "primal", "input": '
+        '{"x": ' + "[" * 5000 + "]" * 5000 + "}}",                       # nested too deep
+        '{"id": 20, "kind": "evaluate", "module": "lse", "function": "primal", "input": '
+        '{"x": [0.5], "min_runs": ' + "9" * 5000 + "}}",                 # digits past the limit
+        b'{"id": 21, "kind": "start"}\xff\xfe',                          # not UTF-8
+        '{"id": NaN, "kind": "start"}',                                  # an id JSON cannot carry
+        {"id": "s", "kind": "start"},                                    # an id not an integer
+        {"id": 22, "kind": "evaluate", "module": "lse", "function": "primal",
+         "input": good_lse},                                             # still serving
     ]
     answers, _ = run_tool(messages, timeout=300)
     assert len(answers) == len(messages)
@@ -542,6 +555,9 @@ def test_bad_messages_get_errors_and_the_tool_keeps_serving():
     assert answers[0] == {"id": 0, "tool": "enzpy"}
     assert answers[1]["id"] is None and "JSON" in answers[1]["error"]
     assert answers[2]["id"] is None and "id" in answers[2]["error"]
+    assert [a["id"] for a in answers[-6:-1]] == [None, None, None, None, "s"]
+    assert all(a["success"] is False for a in answers[-6:-1])
+    assert all("JSON" in a["error"] for a in answers[-6:-3])
     assert by_id[3] == {"id": 3}          # (the protocol: {"id"} answers any such kind)
     expected_words = {4: "module", 6: "function", 7: "'x'", 8: "1-d",
                       9: "'x'", 10: "input", 11: "min_runs", 12: "ell*ell",
@@ -554,6 +570,7 @@ def test_bad_messages_get_errors_and_the_tool_keeps_serving():
     assert suite_close(good["output"], logsumexp_np(np.array([0.1, 0.2])))
     runs = [t["nanoseconds"] for t in good["timings"] if t["name"] == "evaluate"]
     assert sum(runs) >= 0.02e9          # min_seconds honoured
+    assert by_id[22]["output"] == good["output"]
     assert by_id[14] == {"id": 14}
     # a function not compiled at define: compiled by an untimed first call, reported apart
     late = by_id[15]

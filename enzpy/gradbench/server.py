@@ -45,14 +45,19 @@ class Server:
     def handle(self, line: str) -> dict:
         try:
             msg = json.loads(line)
-        except json.JSONDecodeError as exc:
-            return {"id": None, "success": False, "error": f"malformed JSON message: {exc}"}
+        except (ValueError, RecursionError) as exc:
+            # (ValueError: JSONDecodeError, and Python's limit on an integer's digits;
+            # RecursionError: arrays nested deeper than the decoder recurses)
+            return {"id": None, "success": False,
+                    "error": f"malformed JSON message: {type(exc).__name__}: {exc}"}
         if not isinstance(msg, dict):
             return {"id": None, "success": False,
                     "error": f"a message must be a JSON object, got {type(msg).__name__}"}
         mid = msg.get("id")
         if isinstance(mid, bool) or not isinstance(mid, int):
-            return {"id": mid, "success": False,
+            echoed = mid if isinstance(mid, str) or \
+                isinstance(mid, float) and math.isfinite(mid) else None
+            return {"id": echoed, "success": False,
                     "error": f"the message has no integer 'id' (got {mid!r})"}
         kind = msg.get("kind")
         try:
@@ -149,8 +154,12 @@ def _answer(reply: dict) -> str:
 
 
 def serve(lines, write) -> None:
+    """Answer each of ``lines`` (bytes, or str) with ``write``; a line that is not
+    UTF-8 is a malformed message, not the end of the loop."""
     server = Server()
     for line in lines:
+        if isinstance(line, bytes):
+            line = line.decode("utf-8", errors="replace")
         if not line.strip():
             continue
         write(_answer(server.handle(line)) + "\n")
@@ -189,5 +198,5 @@ def main() -> int:
         out.flush()
 
     _single_threaded_blas()
-    serve(sys.stdin, write)
+    serve(sys.stdin.buffer, write)
     return 0
