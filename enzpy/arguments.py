@@ -17,6 +17,7 @@ lost derivative.
 from __future__ import annotations
 
 import ctypes
+import functools
 import inspect
 from dataclasses import dataclass
 
@@ -361,7 +362,23 @@ def restore_reference_fields(fields):
         now = getattr(obj, name)
         restored = _restored(now, value)
         if restored is not now:
-            setattr(obj, name, restored)
+            _set_field(obj, name, restored)
+
+
+def _set_field(obj, name, value):
+    """Set a field of a jitclass object, or of a structref object through Numba
+    (its proxy class's properties may have no setter: Numba's docs give none)."""
+    if isinstance(obj, _box.Box):
+        setattr(obj, name, value)
+    else:
+        _field_setter(name)(obj, value)
+
+
+@functools.lru_cache(maxsize=None)
+def _field_setter(name):
+    namespace = {"__name__": __name__}
+    exec(f"def set_{name}(obj, value):\n    obj.{name} = value\n", namespace)
+    return njit(namespace[f"set_{name}"])
 
 
 def conflicting_objects(pairs):

@@ -1498,3 +1498,24 @@ def test_structref_argument_with_its_shadow_and_zeros_like_refusing_one():
     with pytest.raises(TypeError, match=r"_Opaque: a structref whose fields enzpy cannot read "
                                         r"from Python \(w\)"):
         autodiff(Reverse, njit(lambda o: o.w.sum()), Duplicated(opaque, _Opaque(np.zeros(2))))
+
+
+@njit
+def _point_doubled(p):
+    p.w = p.w * 2.0                  # the field now holds another array
+    return np.sum(p.w ** 2) * p.c
+
+
+def test_structref_field_replaced_gets_its_derivative_in_the_shadow_passed_in():
+    """Found by review: reverse mode pointed the replaced field back with Python's
+    setattr, which a structref proxy's read-only properties (Numba's documented
+    pattern) refuse: AttributeError after the sweep, the derivative lost."""
+    w = np.array([1.0, 2.0, 3.0])
+    p, shadow = _Point(w, 0.5), _Point(np.zeros(3), 0.0)
+    autodiff(Reverse, _point_doubled, Duplicated(p, shadow))
+    np.testing.assert_allclose(shadow.w, 8.0 * w * 0.5)
+    assert shadow.c == pytest.approx(np.sum((2 * w) ** 2))
+    np.testing.assert_allclose(p.w, 2.0 * w)          # (the primal as the function left it)
+    (t,) = autodiff(Forward, _point_doubled, Duplicated(_Point(w.copy(), 0.5),
+                                                        _Point(np.ones(3), 0.0)))
+    assert t == pytest.approx(8.0 * w.sum() * 0.5)
