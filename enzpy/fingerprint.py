@@ -117,6 +117,7 @@ class Fingerprint:
         self.dispatchers: list = []
         self._dispatcher_places: dict = {}    # id(dispatcher) -> its place in that list
         self._module_names: dict = {}     # id(module) -> the attribute names hashed
+        self._open_containers: set = set()    # ids of the lists and tuples being hashed
         self.compiled_ufuncs = False      # the code calls ufuncs Numba compiled already
         self.ufunc_kernels: list = []     # the dispatchers of those ufuncs' kernels
         # the code names a package whose version the key lacks (named, not walked)
@@ -205,6 +206,10 @@ class Fingerprint:
         ``names`` are the names that code uses (for a module's attributes)."""
         if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
             self.add(type(v).__name__, v)
+        elif isinstance(v, np.ndarray) and v.dtype.hasobject:
+            # (no nopython code reads one: such a global is merely named like an
+            # attribute the code uses, ``x.T``)
+            self.add("object array", v.shape)
         elif isinstance(v, np.ndarray):
             data = np.ascontiguousarray(v)
             self.add("array", v.dtype.str, v.dtype.descr, v.shape,
@@ -213,9 +218,14 @@ class Fingerprint:
             # (a record's ``str`` is its size only: ``descr`` names its fields)
             self.add("scalar", v.dtype.str, v.dtype.descr, v.item())
         elif isinstance(v, (tuple, list)):
+            if id(v) in self._open_containers:      # (a list holding itself)
+                self.add("cycle")
+                return
+            self._open_containers.add(id(v))
             self.add(type(v).__qualname__, len(v), getattr(type(v), "_fields", None))
             for item in v:
                 self.value(item, names, label)
+            self._open_containers.discard(id(v))
         elif isinstance(v, Dispatcher):
             self.dispatcher(v)
         elif callable(getattr(getattr(v, "_dispatcher", None), "py_func", None)):
@@ -384,14 +394,16 @@ _PROCESS_BOUND = re.compile(r"B\d+v\d+|numba\.dynamic\.globals\.[0-9a-f]+|"
 # Names that differ between processes without a difference in the code (array
 # expressions, the kernels of parallel loops, jitclasses and functions passed as
 # values carry the address of an object, byte strings Python's salted hash of
-# their contents, inlined closures a counter) are numbered in order of
-# appearance; byte strings' lengths go (their contents stay), as do Numba's ABI
+# their contents, the variables of inlined closures and functions a counter:
+# ``impl_v19_a``) are numbered in order of appearance; byte strings' lengths go
+# (their contents stay), as do Numba's ABI
 # tags (``B42c8t...``, its compile flags), which differ between a function it
 # compiled in this process and one it loaded from its cache, which enzpy lowers
 # again with other flags (the code's own flags show in its instructions).
 _PROCESS_NAMED = re.compile(r"(__numba_array_expr_)0x[0-9a-f]+|(@\.bytes\.)-?\d+|"
                             r"(\.kernel\.)\d+|"
-                            r"(_listcomp__v)\d+__|(__numba_parfor_gufunc_)0x[0-9a-f]+|"
+                            r"(_listcomp__v)\d+__|(?<=\w)(_v)\d+(?=_)|"
+                            r"(__numba_parfor_gufunc_)0x[0-9a-f]+|"
                             r"(_20at_200x)[0-9a-f]+|(_23|#)[0-9a-f]{8,}(?=_3c|<)|"
                             r"(DeferredType(?:_23|#)|%deferred\.)\d+")
 _BYTE_STRING_LENGTH = re.compile(r"\[\d+ x i8\] c\"")
@@ -456,34 +468,59 @@ _KERNEL_FOLDER = re.compile(r"ipykernel_\d+")
 
 
 # -- callees the walk did not reach ----------------------------------------------------
-_user_lowering = [None, None]     # [registry sizes, found] of the last scan
+_user_extensions = [None, None]     # [registry sizes, found] of the last scan
 
 
-def user_lowering() -> bool:
-    """Whether code outside the versioned libraries registered Numba lowering
-    (``@lower_builtin``, ``@lower_getattr``, ``@lower_cast``...): the IR it emits
-    is reached by no name the walk follows."""
-    registry = imputils.builtin_registry
-    tables = (registry.functions, registry.getattrs, registry.setattrs, registry.casts,
-              registry.constants)
-    sizes = tuple(map(len, tables))
-    if _user_lowering[0] != sizes:
-        _user_lowering[:] = [sizes, any(
-            not _versioned(code.co_filename) for table in tables for entry in table
-            if (code := getattr(entry[0], "__code__", None)) is not None)]
-    return _user_lowering[1]
+def extended_by_user() -> bool:
+    """Whether code outside the versioned libraries extended Numba's typing
+    (``@overload``, ``@overload_method``, ``@overload_attribute``, templates of
+    its own) or lowering (``@lower_builtin``, ``@lower_getattr``, ...): Numba
+    may compile code of it into a function (inlined, called by no name the walk
+    follows), in this process or in the one that built an entry."""
+    typing, lowering = typing_templates.builtin_registry, imputils.builtin_registry
+    templates = (typing.functions, typing.attributes, typing.globals)
+    tables = (lowering.functions, lowering.getattrs, lowering.setattrs, lowering.casts,
+              lowering.constants)
+    sizes = tuple(map(len, templates + tables))
+    if _user_extensions[0] != sizes:
+        typed = typing.functions + typing.attributes + \
+            [t for _, fnty in typing.globals for t in getattr(fnty, "templates", ())]
+        functions = [fn for t in typed for fn in _template_functions(t)] + \
+            [entry[0] for table in tables for entry in table]
+        _user_extensions[:] = [sizes, not all(
+            _versioned_function(fn) for fn in functions if hasattr(fn, "__code__"))]
+    return _user_extensions[1]
 
 
-def keyed_by_code(fp, lowered) -> bool:
+def _template_functions(template) -> list:
+    """A typing template class's own functions (an ``@overload`` template's:
+    the overload function)."""
+    found = [getattr(template, "_overload_func", None)]
+    found += [getattr(v, "__func__", v) for v in vars(template).values()]
+    return [fn for fn in found if isinstance(fn, pytypes.FunctionType)]
+
+
+def _versioned_function(fn) -> bool:
+    """Whether ``fn`` is code of the versioned libraries, or code they generated
+    (``exec``: no file of its own, the module of the code that generated it)."""
+    filename = fn.__code__.co_filename
+    if filename.startswith("<"):
+        module = sys.modules.get(getattr(fn, "__module__", None) or "")
+        filename = getattr(module, "__file__", None) or filename
+    return _versioned(filename)
+
+
+def keyed_by_code(fp, linked) -> bool:
     """Whether a derivative is to be keyed by the code Numba compiled (its
     ``primal_digest``), which a later process lowers again to compare: the
-    build reached code the key does not cover (``_reaches_uncovered``), the
-    code names a package the key has no version of, it reaches code Numba
+    build linked code the key does not cover (``_reaches_uncovered``;
+    ``linked``: the Python functions Numba lowered the linked functions from),
+    the code names a package the key has no version of, it reaches code Numba
     compiles once per process (``compiled_once``: today's values need not be
-    those it froze), or lowering registered outside the versioned libraries may
-    have emitted some of it."""
-    return _reaches_uncovered(fp, lowered) or fp.unversioned or fp.compiled_once or \
-        user_lowering()
+    those it froze), or typing or lowering registered outside the versioned
+    libraries (``extended_by_user``) may have put some of it there."""
+    return _reaches_uncovered(fp, linked) or fp.unversioned or fp.compiled_once or \
+        extended_by_user()
 
 
 _overloaded = [0, frozenset()]    # [registry size, ids of the functions] of the last scan
@@ -498,17 +535,25 @@ def _has_overload(fn) -> bool:
     return id(fn) in _overloaded[1]
 
 
-def _reaches_uncovered(fp, lowered) -> bool:
-    """Whether a build lowered a Numba function the fingerprint's walk did not
-    cover (an ``@overload`` implementation, an installed package's helper: only
+def _reaches_uncovered(fp, linked) -> bool:
+    """Whether a build linked a function lowered from Python code the
+    fingerprint's walk did not cover (an ``@overload``, ``@overload_method`` or
+    ``@overload_attribute`` implementation, an installed package's helper: only
     Numba's and enzpy's own come with a version in the key)."""
-    for low in lowered.values():
-        fn = getattr(low.dispatcher, "py_func", None)
+    for fn in linked:
         code = getattr(fn, "__code__", None)
-        if code is not None and code not in fp.codes and \
-                not getattr(fn, "_enzpy_generated", False) and not _versioned(code.co_filename):
+        if code is not None and code not in fp.codes and not _generated(fn) and \
+                not _versioned(code.co_filename):
             return True
     return False
+
+
+def _generated(fn) -> bool:
+    """Code enzpy generated from what the key covers, or Numba generated from the
+    code it compiles (array expressions, parallel loops' bodies: functions of no
+    module, named ``__numba_...``)."""
+    return getattr(fn, "_enzpy_generated", False) or \
+        (fn.__module__ is None and fn.__code__.co_name.startswith("__numba_"))
 
 
 def value_digest(v) -> str:

@@ -70,6 +70,12 @@ def _own(symbol, func):
             _ambiguous.add(symbol)
 
 
+def owner(symbol):
+    """The Python function Numba lowered ``symbol`` from, or None."""
+    with _lock:
+        return _owners.get(symbol)
+
+
 def _same_code(a, b) -> bool:
     """Two function objects of one code and closure values (what Numba's cache
     tells its entries apart by: a cell run again in a notebook, a factory called

@@ -345,6 +345,8 @@ class Build:
         self.report.primal_instructions = _size(model)
         self.dump("primal", model.text)
         self.primal = _Primal(low, model, lowered, blocks)
+        # (what the key must cover: every function linked, not only those called by name)
+        self.linked_functions = [frontend.owner(name) for name in model.functions]
         self.restype = low.restype
         if self.mode != "hvp":             # hvp checks for a float return itself
             _check_return(low, self.mode)
@@ -469,10 +471,12 @@ class Build:
             keyed_by_code = []
 
             def built_from_covered_code(index):
-                # (an entry whose build reached code the key does not cover is used only
-                # if built from the code Numba compiles today: see fingerprint.keyed_by_code)
-                keyed_by_code.append(index["keyed_by_code"])
-                return not index["keyed_by_code"]
+                # (an entry whose build reached code the key does not cover, or any entry
+                # in a process where user code extends Numba, is used only if built from
+                # the code Numba compiles today: see fingerprint.keyed_by_code)
+                by_code = index["keyed_by_code"] or fingerprint.extended_by_user()
+                keyed_by_code.append(by_code)
+                return not by_code
             if not compiled:
                 self.machine, self.report.cache = diskcache.find(
                     self.fingerprint, codegen, accept=built_from_covered_code)
@@ -531,7 +535,7 @@ class Build:
                  "alias_checks": self.alias_checks, "written_shadowed": self.written_shadowed,
                  "primal_digest": self.digest,
                  "keyed_by_code": fingerprint.keyed_by_code(self.fingerprint,
-                                                            self.primal.lowered),
+                                                            self.linked_functions),
                  "report": {"primal_instructions": self.report.primal_instructions,
                             "derivative_functions": self.report.derivative_functions,
                             "module_bytes": self.report.module_bytes}}

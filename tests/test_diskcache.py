@@ -509,6 +509,24 @@ def test_the_key_covers_frozen_globals_closures_and_rules():
     assert _key(target, Active(1.0)) == before
 
 
+def test_globals_merely_named_like_attributes_the_code_uses_are_hashed():
+    """Found by review: the walk hashes the globals named as any name the code uses,
+    attributes included: an object array named ``T`` (``x.T``) raised TypeError and a
+    list holding itself named ``shape`` RecursionError, with the cache on or off."""
+    shape = []
+    shape.append(shape)
+    namespace = {"njit": njit, "np": np, "T": np.array(["kelvin", 300.0], dtype=object),
+                 "shape": shape}
+    exec("@njit\ndef f(x):\n    s = 0.0\n    for i in range(x.shape[0]):\n"
+         "        s += (x.T * x.T)[i]\n    return s\n", namespace)
+    f = namespace["f"]
+    assert fingerprint.program_key(f) == fingerprint.program_key(f)
+    x = np.array([1.0, 2.0])
+    dx = np.zeros_like(x)
+    autodiff(Reverse, f, Duplicated(x, dx))
+    np.testing.assert_allclose(dx, 2 * x)
+
+
 def test_what_cannot_be_fingerprinted_is_built_and_not_cached(tmp_path, monkeypatch):
     class Opaque:
         pass
@@ -1754,6 +1772,93 @@ def test_an_entry_is_loaded_only_with_the_modules_it_was_built_from(tmp_path):
     assert _run_backend(tmp_path, "a")["cache"] == "loaded"
 
 
+EXTENSION = '''
+import operator
+from numba import types
+from numba.extending import overload, overload_attribute, overload_method
+
+@overload(operator.matmul)
+def _matmul(x, y):
+    if isinstance(x, types.Float) and isinstance(y, types.Float):
+        def impl(x, y):
+            return {k} * x * y
+        return impl
+
+@overload_attribute(types.Array, "wnorm")
+def _wnorm(a):
+    def impl(a):
+        s = 0.0
+        for i in range(a.shape[0]):
+            s += {k} * a[i] * a[i]
+        return s
+    return impl
+
+@overload_method(types.Array, "wsum", inline="always")
+def _wsum(a):
+    def impl(a):
+        return {k} * (a * a).sum()
+    return impl
+'''
+
+EXTENDED_RUN = '''
+import json, os, sys
+import numpy as np
+from numba import njit
+import enzpy
+from enzpy import Active, Duplicated, Reverse, autodiff
+sys.path.insert(0, sys.argv[1])
+if os.environ.get("WITH_EXTENSION") == "1":
+    import extension
+
+@njit
+def product(x, y):
+    return x @ y
+
+@njit
+def attribute(a):
+    return a.wnorm
+
+@njit
+def method(a):
+    return a.wsum()
+
+result = {}
+try:
+    (dx, dy), = autodiff(Reverse, product, Active(1.5), Active(2.0))
+    a, da_attribute, da_method = np.array([1.0, 2.0]), np.zeros(2), np.zeros(2)
+    autodiff(Reverse, attribute, Duplicated(a, da_attribute))
+    autodiff(Reverse, method, Duplicated(a, da_method))
+    result = {"d": [dx, list(da_attribute), list(da_method)],
+              "cache": [enzpy.build_report(f)[-1].cache for f in (product, attribute, method)]}
+except Exception as exc:
+    result = {"error": type(exc).__name__}
+print(json.dumps(result))
+'''
+
+
+def test_code_of_overloads_keys_the_entries_it_reaches(tmp_path):
+    """Found by review: an ``@overload(operator.matmul)``, ``@overload_attribute`` or
+    inlined ``@overload_method`` changed between processes (K = 2, then 3) got the
+    derivative of K = 2 loaded, and one no longer imported (so that the function no
+    longer compiles) a derivative too: Numba compiles their code into functions the
+    walk does not reach, so such entries are keyed by the code Numba compiles."""
+    (tmp_path / "run.py").write_text(EXTENDED_RUN)
+
+    def run(k, extension=True):
+        (tmp_path / "extension.py").write_text(EXTENSION.format(k=k))
+        return _script_result(tmp_path / "run.py", tmp_path, tmp_path / "cache",
+                              WITH_EXTENSION="1" if extension else "0")
+
+    def expected(k):
+        return [2 * k, [2 * k, 4 * k], [2 * k, 4 * k]]
+
+    first = run(2.0)
+    assert first == {"d": expected(2.0), "cache": ["stored"] * 3}
+    assert run(3.0) == {"d": expected(3.0), "cache": ["stored"] * 3}
+    assert run(3.0) == {"d": expected(3.0), "cache": ["loaded"] * 3}
+    assert run(3.0, extension=False) == {"error": "TypingError"}
+
+
 def test_user_lowering_keys_entries_by_their_code(tmp_path, monkeypatch):
     """``@lower_builtin`` emits IR no name the walk follows leads to: with such lowering
     registered outside the versioned libraries, entries are keyed by the code."""
@@ -1777,9 +1882,8 @@ def test_user_lowering_keys_entries_by_their_code(tmp_path, monkeypatch):
             return builder.fmul(args[0], context.get_constant(sig.return_type, 3.0))
     '''))
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert not fingerprint.user_lowering() or "user_lowering_ext" in sys.modules
     import user_lowering_ext as ext
-    assert fingerprint.user_lowering()
+    assert fingerprint.extended_by_user()
 
     @njit
     def f(v):
