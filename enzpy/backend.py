@@ -142,10 +142,21 @@ def numba_entry(target, argtypes, adjoint_types, restype, tangent=False, name="e
             excinfo = cgutils.alloca_once(builder, llir.PointerType(excinfo_t))
             code = builder.call(fn, [out, excinfo] + flat)
             status = context.call_conv._get_return_status(builder, code, builder.load(excinfo))
+
+            def release_arguments():
+                # Numba took a reference to each argument when the wrapper's body
+                # read it, which it drops after this call returns: returning early
+                # with an exception, this code drops them (each a leaked array and
+                # shadow per raise otherwise)
+                if context.enable_nrt:
+                    for ty, value in zip(sig.args, llargs):
+                        context.nrt.decref(builder, ty, value)
             with cgutils.if_unlikely(builder, status.is_error):
+                release_arguments()
                 context.call_conv.return_status_propagate(builder, status)
             if optional:
                 with cgutils.if_unlikely(builder, status.is_none):
+                    release_arguments()
                     context.call_conv.return_user_exc(
                         builder, ValueError, ("the function returned None, which has no "
                                               "derivative",))
