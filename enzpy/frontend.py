@@ -41,6 +41,7 @@ from .analysis import ARRAY_ALLOCATORS
 from .arguments import arrays_in
 from .errors import InternalError, UnsupportedError
 from .fingerprint import NotCacheable, value_digest
+from .irtext import definitions, unquote
 
 _lock = threading.RLock()
 _raw_ir: dict = {}            # mangled symbol -> IR text of the module defining it
@@ -1660,33 +1661,34 @@ def mark_small_helpers(module, keep, rule_covered=lambda name: False) -> int:
     stack slots heap shadows and run a derivative call per element: inlined,
     the caller's derivative sees the arithmetic and records nothing."""
     functions = {fn.name: fn for fn in module.functions}
+    # (read from the module's text: walking instructions through llvmlite costs
+    # a foreign call per operand and opcode, most of this pass's time)
+    bodies = {name: body for name, body in definitions(str(module)).items()
+              if body.startswith("define")}
     sizes = {}                      # name -> size with its helpers inlined; None: kept
 
     def inlined_size(name, open_calls):
         if name in sizes:
             return sizes[name]
-        fn = functions.get(name)
-        if fn is None or fn.is_declaration or keep(name) or name in open_calls:
+        body = bodies.get(name)
+        if body is None or keep(name) or name in open_calls:
             return None             # (recursion: a helper on the call path is kept)
         open_calls.add(name)
         size = 0
-        for block in fn.blocks:
-            for ins in block.instructions:
-                size += 1
-                if ins.opcode != "call":
-                    continue
-                callee = list(ins.operands)[-1].name
-                if callee.startswith("llvm.") or callee in _RUNTIME_LEAVES or \
-                        rule_covered(callee):
-                    continue
-                inner = inlined_size(callee, open_calls)
-                if inner is None:
-                    break
-                size += inner
-            else:
+        for instruction in _instructions(body):
+            size += 1
+            call = _CALL.match(instruction)
+            if call is None:
                 continue
-            size = None
-            break
+            sigil, callee = call.group(1)[0], unquote(call.group(1)[1:])
+            if sigil == "@" and (callee.startswith("llvm.") or callee in _RUNTIME_LEAVES or
+                                 rule_covered(callee)):
+                continue
+            inner = inlined_size(callee, open_calls) if sigil == "@" else None
+            if inner is None:
+                size = None
+                break
+            size += inner
         open_calls.discard(name)
         sizes[name] = size if size is not None and size <= HELPER_INLINE_LIMIT else None
         return sizes[name]
@@ -1697,6 +1699,18 @@ def mark_small_helpers(module, keep, rule_covered=lambda name: False) -> int:
             fn.add_function_attribute("alwaysinline")
             marked += 1
     return marked
+
+
+# A call instruction's callee: ``@name``, or ``%value`` (through a pointer).
+_CALL = re.compile(r'(?:%[-\w.$"]+ = )?(?:(?:tail|musttail|notail) )?call [^@%]*?'
+                   r'([@%](?:"[^"]*"|[-\w.$]+))\(')
+
+
+def _instructions(body: str):
+    """The instructions of a function's text (its indented lines but debug records)."""
+    for line in body.splitlines():
+        if line.startswith("  ") and not line.lstrip().startswith("#dbg_"):
+            yield line.lstrip()
 
 
 def cleanup(module):
