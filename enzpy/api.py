@@ -14,7 +14,7 @@ import numba
 import numpy as np
 from numba.core.registry import cpu_target
 
-from . import arguments, diskcache, fastpath, fingerprint
+from . import arguments, diskcache, fastpath, fingerprint, frontend
 from .arguments import (aliasing_message, arrays_in, check_shadow, conflicting_objects,
                         conflicting_shadows, object_address, objects_in, overlaps_itself,
                         positional_parameters, rebuild_adjoint, reference_fields,
@@ -191,6 +191,9 @@ def _values_read(f) -> tuple:
             values.append(None)
 
     def state(v):
+        if isinstance(v, numba.core.dispatcher.Dispatcher):
+            # (recompiled, it runs other code: a caller compiled before keeps the old)
+            return id(v), frontend.recompilations(v)
         if callable(v) or inspect.ismodule(v):
             return id(v)
         try:

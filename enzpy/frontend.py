@@ -49,6 +49,10 @@ _raw_ir: dict = {}            # mangled symbol -> IR text of the module defining
 # functions lowered again by enzpy (``_check_linked_callees``)
 _lowered_again: dict = {}
 _recompiled = weakref.WeakSet()   # dispatchers ``recompile()``d since enzpy was imported
+# the library of each compilation a ``recompile()`` replaced -> its dispatcher; how
+# many times each dispatcher was recompiled
+_replaced_libraries = weakref.WeakKeyDictionary()
+_recompilations = weakref.WeakKeyDictionary()
 # mangled symbol -> (dispatcher, argument types): how to lower a Numba function
 # again, for every dispatcher a compilation has called since enzpy was imported
 _dispatchers: dict = {}
@@ -150,7 +154,13 @@ def _install_hooks():
     recompile = Dispatcher.recompile
 
     def recompile_noted(self):
-        _recompiled.add(self)
+        with _lock:
+            _recompiled.add(self)
+            _recompilations[self] = _recompilations.get(self, 0) + 1
+            for cres in list(self.overloads.values()):
+                library = getattr(cres, "library", None)
+                if library is not None:
+                    _replaced_libraries[library] = self
         return recompile(self)
 
     Dispatcher.recompile = recompile_noted
@@ -444,6 +454,23 @@ def _dispatcher_calls(fndesc):
             yield fnty, sig
 
 
+def recompilations(dispatcher) -> int:
+    """How many times ``dispatcher`` was ``recompile()``d since enzpy was imported."""
+    with _lock:
+        return _recompilations.get(dispatcher, 0)
+
+
+def _linked_libraries(library):
+    """The libraries Numba linked into ``library``, at any depth."""
+    pending, seen = list(getattr(library, "_linking_libraries", ())), set()
+    while pending:
+        lib = pending.pop()
+        if id(lib) not in seen:
+            seen.add(id(lib))
+            yield lib
+            pending += getattr(lib, "_linking_libraries", ())
+
+
 def _check_linked_callees(dispatcher, compiled, today):
     """Numba links into a function the code its callees had when it was
     compiled; a callee compiled again since (``g.recompile()``, which the refusals
@@ -460,6 +487,12 @@ def _check_linked_callees(dispatcher, compiled, today):
             if callee in _recompiled and callee is not dispatcher:
                 _refuse_relinked(dispatcher, callee)
         return
+    # (any callee: a jitclass method too, and the callees of callees)
+    for lib in _linked_libraries(compiled.library):
+        with _lock:
+            callee = _replaced_libraries.get(lib)
+        if callee is not None and callee is not dispatcher:
+            _refuse_relinked(dispatcher, callee)
     linked = compiled.library._linking_libraries
     for fnty, sig in _dispatcher_calls(compiled.fndesc):
         try:
@@ -570,9 +603,14 @@ def _numba_cache_files(dispatcher, keys):
 
 def _refuse_frozen(dispatcher, kind, name, change):
     what = "global" if kind == "Global" else "closure variable"
-    way_out = (f"call {dispatcher.py_func.__name__}.recompile()"
+    fn = dispatcher.py_func
+    way_out = (f"call {fn.__name__}.recompile()"
                if not isinstance(dispatcher, UFuncDispatcher) else
                "define the ufunc again (and delete Numba's cache of it, if cache=True)")
+    if "." in fn.__qualname__ and fn.__code__.co_varnames[:1] == ("self",):
+        owner, method = fn.__qualname__.rsplit(".", 1)      # (a jitclass method)
+        way_out = (f"call {owner}.class_type.jit_methods['{method}'].recompile(), then "
+                   f"recompile() the functions calling it,")
     raise UnsupportedError(
         f"Numba compiled '{dispatcher.py_func.__qualname__}' before enzpy saw it (before enzpy "
         f"was imported, or into its disk cache: cache=True), when its {what} '{name}' "

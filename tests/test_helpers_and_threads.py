@@ -209,6 +209,24 @@ def test_a_plain_function_reads_todays_globals():
         np.testing.assert_array_equal(enzpy.gradient(g, np.ones(2)), [5.0, 7.0])
 
 
+def test_a_plain_function_calls_todays_compilation_of_a_jitted_callee():
+    """Found by review: after ``cal.recompile()`` (a global of ``cal`` changed, Python's
+    ``plain`` runs the new ``cal``) enzpy kept its jitted copy of ``plain``, linked to the
+    old ``cal``: 1.91 where ``plain``'s derivative is 7.64."""
+    namespace = {"njit": njit, "math": math, "K": 1.0}
+    exec("@njit\ndef cal(x):\n    return K * math.sin(x)\n\n"
+         "def plain(x):\n    return cal(x) * 2.0\n", namespace)
+    plain = namespace["plain"]
+    x = 0.3
+    assert enzpy.gradient(plain, x) == pytest.approx(2.0 * math.cos(x), rel=1e-12)
+    namespace["K"] = 4.0
+    namespace["cal"].recompile()
+    assert plain(x) == pytest.approx(8.0 * math.sin(x), rel=1e-12)
+    assert enzpy.gradient(plain, x) == pytest.approx(8.0 * math.cos(x), rel=1e-12)
+    (d,), = autodiff(Reverse, plain, Active(x))
+    assert d == pytest.approx(8.0 * math.cos(x), rel=1e-12)
+
+
 def test_a_plain_function_reads_todays_globals_of_the_helpers_numba_compiles_into_it():
     # Found by review: a register_jitable helper's global changed (2 then 3: Numba keeps
     # running 2, Python 3) gave 5.2 for 7.8; the function's own code replaced (as

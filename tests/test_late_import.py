@@ -209,7 +209,8 @@ import math
 import sys
 import types
 
-from numba import njit
+from numba import float64, njit
+from numba.experimental import jitclass
 
 K = 2.0
 
@@ -235,8 +236,23 @@ def through_module(x):
     return config.h(x) * 2.0
 
 
+@jitclass([("w", float64)])
+class Model:
+    def __init__(self, w):
+        self.w = w
+
+    def energy(self, x):
+        return K * self.w * x * x
+
+
+@njit
+def use_model(x):
+    return Model(1.0).energy(x)
+
+
 f(0.5)
 through_module(0.5)
+use_model(0.5)
 K = 5.0                          # a later cell
 exec("import math\\nfrom numba import njit\\n@njit\\ndef h(x):\\n    return math.exp(x)\\n",
      config.__dict__)            # the module reloaded: the h Numba linked is freed
@@ -259,6 +275,11 @@ out["after_g"] = attempt(f)      # f still runs the g it linked (K = 2)
 f.recompile()
 out["after_f"] = attempt(f)
 out["freed"] = attempt(through_module)
+out["method_first"] = attempt(use_model)
+Model.class_type.jit_methods["energy"].recompile()       # as that refusal advises
+out["method_after_method"] = attempt(use_model)
+use_model.recompile()
+out["method_after_caller"] = attempt(use_model)
 print(json.dumps(out))
 '''
 
@@ -268,7 +289,8 @@ def test_callers_of_callees_compiled_again_are_refused(tmp_path):
     had then: after ``g.recompile()`` (which the refusal of g's changed global
     advises) enzpy differentiated today's g, 4.59 where the f Numba runs has 1.84;
     a callee replaced and freed since (a module reloaded) crashed with
-    ReferenceError. Both are refused, advising ``f.recompile()``."""
+    ReferenceError. Both are refused, advising ``f.recompile()``; so is a caller of a
+    jitclass method recompiled (found by review: differentiated as today's method)."""
     (tmp_path / "run.py").write_text(RECOMPILED_CALLEE)
     done = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True,
                           text=True, timeout=600, env=dict(os.environ, ENZPY_CACHE="0"))
@@ -281,6 +303,12 @@ def test_callers_of_callees_compiled_again_are_refused(tmp_path):
     assert out["after_f"] == pytest.approx(5.0 * (math.sin(x) + x * math.cos(x)), rel=1e-12)
     assert "calling a function that has since been replaced and freed" in out["freed"], out
     assert "through_module.recompile()" in out["freed"], out
+    # a jitclass method: the advice names it as users reach it, and its recompilation
+    # is seen (enzpy differentiated today's method: 25 * 0.5 where Numba runs 2 * 0.5)
+    assert "Model.class_type.jit_methods['energy'].recompile()" in out["method_first"], out
+    assert "calling 'Model.energy', which has been compiled again" in \
+        out["method_after_method"], out
+    assert out["method_after_caller"] == pytest.approx(5.0 * 2 * x, rel=1e-12)
 
 
 CACHED_PAIR = '''
