@@ -410,7 +410,7 @@ _BYTE_STRING_LENGTH = re.compile(r"\[\d+ x i8\] c\"")
 _ABI_TAG = re.compile(r"B(\d+)(?=c8t)")
 
 
-def _numbered(text) -> str:
+def numbered_names(text) -> str:
     numbers: dict = {}
 
     def number(m):
@@ -419,7 +419,7 @@ def _numbered(text) -> str:
     return _PROCESS_NAMED.sub(number, text)
 
 
-def _without_abi_tags(text) -> str:
+def without_abi_tags(text) -> str:
     parts, end = [], 0
     for m in _ABI_TAG.finditer(text):
         if m.start() < end:
@@ -432,8 +432,8 @@ def _without_abi_tags(text) -> str:
 def primal_digest(module_text: str) -> str:
     """A hash of Numba's linked IR of a function and its callees, the same in
     every process compiling the same code with the same frozen values."""
-    text = _BYTE_STRING_LENGTH.sub('c"', _numbered(_PROCESS_BOUND.sub("", module_text)))
-    return hashlib.sha256(_without_abi_tags(text).encode()).hexdigest()
+    text = _BYTE_STRING_LENGTH.sub('c"', numbered_names(_PROCESS_BOUND.sub("", module_text)))
+    return hashlib.sha256(without_abi_tags(text).encode()).hexdigest()
 
 
 def program_key(disp) -> str:

@@ -395,19 +395,41 @@ _FAST_MATH_FLAGS = re.compile(r"( (?:fadd|fsub|fmul|fdiv|frem|fneg|fcmp|call|sel
 
 
 def _optimized_body(cres) -> str:
-    """The optimized IR of the function ``cres`` compiled, with the constants
-    it reads (a global array's data: ``W[k]`` reads it at run time), its Numba
-    names made comparable across compilations (the exceptions it raises are
-    left out: no derivative depends on their messages)."""
+    """The optimized IR of the function ``cres`` compiled and of the functions it
+    calls that Numba linked in (a parallel loop's kernel), with the constants
+    they read (a global array's data: ``W[k]`` reads it at run time), their
+    Numba names made comparable across compilations (the exceptions they raise
+    are left out: no derivative depends on their messages)."""
     text = cres.library.get_llvm_str()
     name = cres.fndesc.mangled_name
-    match = re.search(r'^define [^\n]*@"?' + re.escape(name) + r'"?\(.*?^}', text,
-                      flags=re.M | re.S)
-    body = _PICKLED_EXCEPTION.sub(r"@.const.pickle\1", match.group(0) if match else "")
+    found = definitions(text)
+    bodies, pending, seen = [], [name], set()
+    while pending:
+        symbol = pending.pop(0)
+        if symbol in seen or not found.get(symbol, "").startswith("define"):
+            continue
+        seen.add(symbol)
+        if symbol == name or symbol.startswith("_ZN"):   # (not Numba's C-level wrappers)
+            bodies.append(found[symbol])
+        # (in order of appearance: names holding addresses sort differently each time)
+        pending += [_unquote(q) if q else plain
+                    for q, plain in _GLOBAL_REF.findall(found[symbol])]
+    body = _PICKLED_EXCEPTION.sub(r"@.const.pickle\1", "\n".join(bodies))
     body = _FAST_MATH_FLAGS.sub(r"\1", body)
     constants = [line for line in re.findall(r"^@.*= .*constant .*$", text, flags=re.M)
                  if _global_names(line.split(" = ", 1)[0]) & _global_names(body)]
-    return _NUMBA_UID.sub("Bv", "\n".join([body, *sorted(constants)]).replace(name, "@self"))
+    text = _NUMBA_UID.sub("Bv", "\n".join([body, *sorted(constants)]).replace(name, "@self"))
+    # (attribute groups and metadata are numbered per module)
+    text = _MODULE_NUMBERED.sub("", fingerprint.without_abi_tags(text))
+    text = _LABEL_COMMENT.sub(r"\1", text)
+    blocks: dict = {}     # (Numba numbers a parallel loop's blocks from a process-wide count)
+    text = _BLOCK_LABEL.sub(lambda m: f"B{blocks.setdefault(m.group(0), len(blocks))}", text)
+    return fingerprint.numbered_names(text)
+
+
+_MODULE_NUMBERED = re.compile(r" #\d+\b|,? ![\w.]+ !\d+\b")
+_LABEL_COMMENT = re.compile(r"^([-\w.$]+:) *;.*$", re.M)       # ("; preds = ...")
+_BLOCK_LABEL = re.compile(r"(?<=%)B\d+\b|^B\d+(?=[.:])", re.M)
 
 
 def _froze_the_same_arrays(dispatcher, argtypes, compiled) -> bool:
@@ -556,7 +578,8 @@ def _check_cached_frozen_values(dispatcher, argtypes, compiled, cres):
                 f"(cache=True), which keeps no text of the value of "
                 f"{'global' if kind == 'Global' else 'closure variable'} '{name}' read "
                 f"inside its parallel loop: enzpy cannot tell whether Numba runs today's. "
-                f"Read it into a local variable before the loop, or drop cache=True")
+                f"Pass it as an argument (Numba moves a global the loop uses into it, even "
+                f"one read into a local variable before the loop), or drop cache=True")
     arrays = [(key, a) for key, value in values.items() for a in arrays_in(value) if a.nbytes]
     if not arrays:
         return

@@ -561,3 +561,69 @@ def test_ufuncs_compiled_before_import_or_loaded_from_numbas_cache(tmp_path):
     changed = run(S=2)["error"]
     assert "'scaled'" in changed and "'S' was '1.0'; it is now '2.0'" in changed
     assert "define the ufunc again" in changed
+
+
+PARALLEL_GLOBAL = '''
+import json
+
+import numpy as np
+from numba import njit, prange
+
+W = np.array([1.0, 2.0, 3.0, 4.0])
+V = np.array([1.0, 2.0, 3.0, 4.0])
+
+
+@njit(parallel=True)
+def expression(a):
+    return (np.sin(a) * W).sum()
+
+
+@njit(parallel=True)
+def loop(a):
+    s = 0.0
+    for i in prange(a.shape[0]):
+        s += W[i] * np.sin(a[i])
+    return s
+
+
+@njit(parallel=True)
+def changed(a):
+    s = 0.0
+    for i in prange(a.shape[0]):
+        s += V[i] * np.sin(a[i])
+    return s
+
+
+a = np.array([0.1, 0.4, 0.7, 1.0])
+expression(a)
+loop(a)
+changed(a)
+V[1] = 20.0                      # in place: Numba's code keeps 2.0
+
+import enzpy                     # noqa: E402
+
+out = {}
+for fn in (expression, loop, changed):
+    try:
+        out[fn.__name__] = list(enzpy.gradient(fn, a))
+    except enzpy.UnsupportedError as error:
+        out[fn.__name__] = str(error)
+print(json.dumps(out))
+'''
+
+
+def test_parallel_code_reading_a_global_array_compiled_before_import(tmp_path):
+    """Found by review: parallel code compiled before ``import enzpy`` that reads an
+    unchanged global array was refused as if the array had changed (its loop's kernel
+    is named by an address, its blocks numbered by a process-wide count); an array
+    changed in place, read in the kernel only, is still refused."""
+    (tmp_path / "run.py").write_text(PARALLEL_GLOBAL)
+    done = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, ENZPY_CACHE="0"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    a = np.array([0.1, 0.4, 0.7, 1.0])
+    expected = np.array([1.0, 2.0, 3.0, 4.0]) * np.cos(a)
+    np.testing.assert_allclose(out["expression"], expected, rtol=1e-12)
+    np.testing.assert_allclose(out["loop"], expected, rtol=1e-12)
+    assert "global 'V' held other values than it holds now" in out["changed"], out
