@@ -175,9 +175,11 @@ def _jacobian_by_rows(disp, x, consts, out):
     _, pullback = vjp(disp, x, *[Const(c) for c in consts])
     if not isinstance(out, np.ndarray):
         row = pullback(type(out)(1.0))[0]
-        # (of the result's dtype, as forward mode's columns are)
-        return row.astype(np.result_type(out), copy=False) if isinstance(row, np.ndarray) \
-            else row
+        # (of the result's dtype, as forward mode's columns are; Numba returns a
+        # float32 result as a Python float: then of x's, as ``gradient`` gives)
+        if isinstance(row, np.ndarray) and isinstance(out, np.generic):
+            return row.astype(out.dtype, copy=False)
+        return row
     return _stacked_rows([np.asarray(pullback(e)[0]).ravel() for e in _basis(out)], out, x)
 
 

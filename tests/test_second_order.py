@@ -610,6 +610,19 @@ def mat_input_fn(m):
     return r
 
 
+@njit
+def _sum_of_squares(x):
+    return (x ** 2).sum()
+
+
+def test_jacobian_of_a_float32_scalar_function_is_float32_as_its_gradient():
+    """Found by review: float64 (Numba returns a float32 result as a Python float)."""
+    x = np.array([0.1, 0.2, 0.3], np.float32)
+    J = enzpy.jacobian(_sum_of_squares, x)
+    assert J.dtype == np.float32 == enzpy.gradient(_sum_of_squares, x).dtype
+    np.testing.assert_allclose(J, 2 * x, rtol=1e-6)
+
+
 def test_jacobian_of_2d_input():
     m = RNG.standard_normal((2, 3))
     J = jacobian(mat_input_fn, m)
