@@ -32,6 +32,12 @@ _NUMBA_ARGUMENT = re.compile(r"^arg\.(\w+?)(?:\.\d+)*$")
 USER_FUNCTION = "the differentiated function's own"
 
 
+# Integer instructions through which the bits of a float can be computed on.
+_INTEGER_ARITHMETIC = frozenset(("add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl",
+                                 "lshr", "ashr", "and", "or", "xor", "trunc", "zext", "sext",
+                                 "phi", "select", "freeze"))
+
+
 class DerivativeGenerator:
     """Base of ``ReverseGenerator`` and ``ForwardGenerator``."""
 
@@ -56,6 +62,31 @@ class DerivativeGenerator:
     def _where(self, ins, written=None) -> str:
         return self.describe(self.fn.name, ins, written)
 
+    def _computed_from_varied_bits(self, value, converted=False) -> bool:
+        """Whether the integer ``value`` is computed (not merely moved: a float's
+        bits viewed as an integer and back keep their derivative; ``converted``:
+        its number made a float, which counts as computed) from the bits of a
+        float that varies with the inputs: an integer carries no derivative, so
+        one read back as a float would silently drop it."""
+        pending, seen, computed = [(value, converted)], set(), False
+        while pending:
+            v, computed = pending.pop()
+            if v.kind != "inst" or (v.name, computed) in seen:
+                continue
+            seen.add((v.name, computed))
+            ins = self.fn.defs.get(v.name)
+            if ins is None:
+                continue
+            if ins.opcode == "bitcast" and is_float_type(ins.operands[0].type):
+                if computed and self.act.is_varied(ins.operands[0]):
+                    return True
+                continue
+            if ins.opcode in _INTEGER_ARITHMETIC:
+                ops = [o for o, _ in ins.incoming] if ins.opcode == "phi" else ins.operands
+                moved = ins.opcode in ("phi", "select", "freeze")
+                pending += [(o, computed or not moved) for o in ops]
+        return False
+
     def _check_unsupported(self):
         for b in self.fn.blocks:
             for ins in b.instructions:
@@ -71,6 +102,16 @@ class DerivativeGenerator:
                         f"{self._where(ins, self._argument_name(ins.operands[1]))}"
                         f"{self._const_advice(ins.operands[1])}")
                 self._check_shadow_kept(ins)
+                if (ins.opcode == "bitcast" and is_float_type(ins.type) and
+                        self._computed_from_varied_bits(ins.operands[0])) or \
+                        (ins.opcode in ("sitofp", "uitofp") and
+                         self._computed_from_varied_bits(ins.operands[0], converted=True)):
+                    raise UnsupportedError(
+                        f"the bits of a value that depends on the differentiated inputs "
+                        f"(a float viewed as an integer: np.float64(x).view(np.int64)) are "
+                        f"computed with and read back as a float (`{ins.text}`)"
+                        f"{self._where(ins)}: enzpy cannot follow a derivative through "
+                        f"integer arithmetic; compute the value from floats")
                 if ins.callee == VARSIZE_FREE and self.act.is_shadowed(ins.args[0]) and \
                         self._copied_type(ins) is not None:
                     raise UnsupportedError(

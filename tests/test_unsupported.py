@@ -295,6 +295,21 @@ def unsup_frombuffer_as_float32(x):
     return np.frombuffer(x, np.float32)[0] * x[1]
 
 
+@njit
+def unsup_fast_inverse_sqrt(x):
+    # (found by review: the seed computed from x's bits was taken as a constant,
+    # -0.156 where the derivative is -0.145)
+    i = np.float64(x).view(np.int64)
+    i = 0x5FE6EB50C7B537A9 - (i >> 1)
+    y = np.int64(i).view(np.float64)
+    return y * (1.5 - 0.5 * x * y * y)
+
+
+@njit
+def unsup_float_bits_as_a_number(x):
+    return float(np.float64(x).view(np.int64)) * 1e-18 + x
+
+
 def _line_of(f, text):
     """The source line of ``f`` holding ``text``."""
     lines, first = __import__("inspect").getsourcelines(f.py_func)
@@ -385,6 +400,12 @@ CORPUS = [
     ("float64_memory_read_as_float32", unsup_frombuffer_as_float32,
      lambda: [_dup(np.array([2.0, 5.0]))], UnsupportedError, "unsup_frombuffer_as_float32",
      ["views an array of float64 as float32", "np.frombuffer at test_unsupported.py:"]),
+    ("float_bits_computed_on", unsup_fast_inverse_sqrt, lambda: [Active(2.3)],
+     UnsupportedError, "unsup_fast_inverse_sqrt",
+     ["the bits of a value that depends on the differentiated inputs", "integer arithmetic"]),
+    ("float_bits_as_a_number", unsup_float_bits_as_a_number, lambda: [Active(2.3)],
+     UnsupportedError, "unsup_float_bits_as_a_number",
+     ["the bits of a value that depends on the differentiated inputs"]),
     ("generator_consumer", unsup_generator_consumer, lambda: [Active(1.5)], UnsupportedError,
      "unsup_generator_consumer", ["uses a generator", "at test_unsupported.py:"]),
 ]
