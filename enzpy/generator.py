@@ -38,6 +38,10 @@ _INTEGER_ARITHMETIC = frozenset(("add", "sub", "mul", "udiv", "sdiv", "urem", "s
                                  "phi", "select", "freeze"))
 
 
+# (marking inactive a function whose result depends on its inputs drops that derivative)
+_INACTIVE_ONLY_IF = " if its result does not depend on the differentiated inputs"
+
+
 class DerivativeGenerator:
     """Base of ``ReverseGenerator`` and ``ForwardGenerator``."""
 
@@ -220,10 +224,11 @@ class DerivativeGenerator:
         low = self.builder.lowered.get(self.fn.name)
         if low is None and PARALLEL_LOOP_BODY.search(self.fn.name):
             return ("; enzpy cannot see into it: call it through an @njit function given a "
-                    "derivative with enzpy.defvjp (and enzpy.defjvp), or marked enzpy.inactive")
+                    "derivative with enzpy.defvjp (and enzpy.defjvp), or marked enzpy.inactive"
+                    + _INACTIVE_ONLY_IF)
         name = low.name if low is not None else demangle(self.fn.name)
         return (f"; enzpy cannot see into it: give '{name}' a derivative with enzpy.defvjp "
-                f"(and enzpy.defjvp), or mark it enzpy.inactive")
+                f"(and enzpy.defjvp), or mark it enzpy.inactive{_INACTIVE_ONLY_IF}")
 
     def _exception_info(self, ptr) -> bool:
         """Numba's ``excinfo`` parameter: it receives the data of a raised

@@ -147,7 +147,7 @@ def jacobian(g, x, *args):
         out = disp(*last)
         if np.size(out) < np.size(x):
             keep(last)
-            return _jacobian_by_rows(disp, initial[0], initial[1:], out)
+            return _jacobian_by_rows(disp, initial[0], initial[1:], out, restype)
     columns = []
     for direction in _basis(x):
         last = _fresh(initial)
@@ -170,16 +170,15 @@ def jacobian(g, x, *args):
     return jac.reshape(np.shape(columns[0]) + x.shape)
 
 
-def _jacobian_by_rows(disp, x, consts, out):
+def _jacobian_by_rows(disp, x, consts, out, restype):
     """Reverse mode: row i of the Jacobian is the pullback of unit vector e_i."""
     _, pullback = vjp(disp, x, *[Const(c) for c in consts])
     if not isinstance(out, np.ndarray):
         row = pullback(type(out)(1.0))[0]
-        # (of the result's dtype, as forward mode's columns are; Numba returns a
-        # float32 result as a Python float: then of x's, as ``gradient`` gives)
-        if isinstance(row, np.ndarray) and isinstance(out, np.generic):
-            return row.astype(out.dtype, copy=False)
-        return row
+        # (of the result's dtype, as forward mode's columns are: the compiled one,
+        # since Numba returns a float32 result as a Python float)
+        return row.astype(np.dtype(str(restype)), copy=False) if isinstance(row, np.ndarray) \
+            else row
     return _stacked_rows([np.asarray(pullback(e)[0]).ravel() for e in _basis(out)], out, x)
 
 

@@ -70,6 +70,12 @@ def explain(callee: str) -> str:
         return ("; this is LAPACK or BLAS, differentiated only through enzpy's rules for "
                 "np.linalg and products, which cover real (float32, float64) matrices: "
                 "complex ones are not differentiated")
+    if callee in ("numba_frexp", "numba_frexpf"):
+        return ("; this is math.frexp (np.frexp), whose mantissa x / 2**e depends on x: "
+                "compute the exponent e apart and the mantissa as x * 2.0**-e")
+    if callee in ("numba_cpow", "numba_cpowf"):
+        return ("; this is a complex power (z ** p, p not a small integer), which enzpy "
+                "does not differentiate: write it as np.exp(p * np.log(z))")
     if callee.startswith("numba_dict_"):
         return "; this is numba.typed.Dict, whose operation enzpy does not mirror"
     if callee.startswith("enzpy.dict."):

@@ -320,7 +320,9 @@ def _line_of(f, text):
 #  substrings naming the construct)
 CORPUS = [
     ("frexp", unsup_frexp, lambda: [Active(0.7)], UnsupportedError, "unsup_frexp",
-     ["numba_frexp", f"near line {_line_of(unsup_frexp, 'math.frexp')})"]),
+     ["numba_frexp", f"near line {_line_of(unsup_frexp, 'math.frexp')})",
+      # (found by review: the advice to mark it inactive alone would drop the derivative)
+      "this is math.frexp", "if its result does not depend on the differentiated inputs"]),
     ("frexp_float32", unsup_frexp_f32, lambda: [Active(np.float32(2.5))], UnsupportedError,
      "unsup_frexp_f32", ["numba_frexpf"]),
     ("frexp_of_array_elements", unsup_frexp_of_array,
@@ -329,7 +331,8 @@ CORPUS = [
     ("frexp_in_callee", unsup_frexp_caller, lambda: [Active(2.5)], UnsupportedError,
      "unsup_frexp_callee", ["numba_frexp"]),
     ("complex_power", unsup_complex_power, lambda: [Active(0.7)], UnsupportedError,
-     "unsup_complex_power", ["numba_cpow", f"near line {_line_of(unsup_complex_power, '**')})"]),
+     "unsup_complex_power", ["numba_cpow", f"near line {_line_of(unsup_complex_power, '**')})",
+                             "complex power", "np.exp(p * np.log(z))"]),
     ("returns_tuple", unsup_returns_tuple, lambda: [Active(1.5)], UnsupportedError,
      "unsup_returns_tuple", ["returns UniTuple(float64 x 2)", "scalar or None"]),
     ("returns_array", unsup_returns_array, lambda: [Active(1.5)], UnsupportedError,
