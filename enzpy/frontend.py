@@ -45,12 +45,11 @@ from .irtext import definitions, unquote
 
 _lock = threading.RLock()
 _raw_ir: dict = {}            # mangled symbol -> IR text of the module defining it
-# symbol -> (dispatcher, what Numba compiled, the dispatchers today's lowering calls) of the
+# symbol -> (dispatcher, what Numba compiled, today's function descriptor) of the
 # functions lowered again by enzpy (``_check_linked_callees``)
 _lowered_again: dict = {}
-_recompiled = weakref.WeakSet()   # dispatchers ``recompile()``d since enzpy was imported
 # the library of each compilation a ``recompile()`` replaced -> its dispatcher; how
-# many times each dispatcher was recompiled
+# many times each dispatcher was recompiled since enzpy was imported
 _replaced_libraries = weakref.WeakKeyDictionary()
 _recompilations = weakref.WeakKeyDictionary()
 # mangled symbol -> (dispatcher, argument types): how to lower a Numba function
@@ -155,7 +154,6 @@ def _install_hooks():
 
     def recompile_noted(self):
         with _lock:
-            _recompiled.add(self)
             _recompilations[self] = _recompilations.get(self, 0) + 1
             for cres in list(self.overloads.values()):
                 library = getattr(cres, "library", None)
@@ -506,7 +504,7 @@ def _check_linked_callees(dispatcher, compiled, today):
                 callee = fnty.dispatcher
             except ReferenceError:
                 continue        # (freed: not recompiled in this process)
-            if callee in _recompiled and callee is not dispatcher:
+            if recompilations(callee) and callee is not dispatcher:
                 _refuse_relinked(dispatcher, callee)
         return
     # (any callee: a jitclass method too, and the callees of callees)

@@ -72,7 +72,7 @@ class DerivativeGenerator:
         its number made a float, which counts as computed) from the bits of a
         float that varies with the inputs: an integer carries no derivative, so
         one read back as a float would silently drop it."""
-        pending, seen, computed = [(value, converted)], set(), False
+        pending, seen = [(value, converted)], set()
         while pending:
             v, computed = pending.pop()
             if v.kind != "inst" or (v.name, computed) in seen:
