@@ -347,7 +347,7 @@ class Activity:
         no varying value, is 'const'."""
         selectors = self._selector_params(ins.callee)
         return tuple("dup" if self.is_shadowed(a) and not (
-                         k in selectors and not self._memory_varies(a)) else
+                         k in selectors and not self.memory_varies(a)) else
                      "active" if self.is_active(a) and is_float_type(a.type) else "const"
                      for k, a in enumerate(ins.args))
 
@@ -419,7 +419,7 @@ class Activity:
             return False
         if ins.opcode == "load":
             return ins.operands[0].name in self.shadowed and \
-                self._memory_varies(ins.operands[0])
+                self.memory_varies(ins.operands[0])
         if ins.opcode == "call":
             # A float returned directly may also come from memory the call reads.
             return self._call_propagates(ins) and any(
@@ -436,7 +436,7 @@ class Activity:
     # (nothing reachable through them) whose every write is seen: stores, and
     # calls; a call writes a varying value only if another of its arguments
     # varies or has a shadow (memory enzpy does not differentiate holds none).
-    def _memory_varies(self, ptr) -> bool:
+    def memory_varies(self, ptr) -> bool:
         roots = self._pointer_roots(ptr)
         return not roots or any(self._slot_varies(root) for root in roots)
 
@@ -466,16 +466,16 @@ class Activity:
     def _writes_varying(self, ins, root) -> bool:
         if ins.opcode == "store":
             return self.is_varied(ins.operands[0])
-        if not ins.callee:
-            return True
-        selectors = self._selector_params(ins.callee)
+        # (an indirect call, a C function through ctypes or a cfunc, reaches memory
+        # through its arguments as a direct one does)
+        selectors = self._selector_params(ins.callee) if ins.callee else ()
         if selectors and all(k in selectors for k, a in enumerate(ins.args)
                              if a.type == "ptr" and root in self._pointer_roots(a)):
             return False        # (the call only reads the slot)
         # (another stack slot passed along, such as the tangent slot of the pair of
         # Gaussian draws in a tangent function, varies only if a write to it may)
         return any(root not in self._pointer_roots(a) and (
-            self.is_varied(a) or (self.is_shadowed(a) and self._memory_varies(a)))
+            self.is_varied(a) or (self.is_shadowed(a) and self.memory_varies(a)))
             if a.type == "ptr" else self.is_varied(a) for a in ins.args)
 
     @cached_property

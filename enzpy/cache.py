@@ -37,6 +37,8 @@ from .tape import (ACQUIRE, ARENA_ALLOWED_FIELD, EXCINFO_FIELD, FREE, PEAK_FIELD
                    SINK_WRITE, STATUS_FIELD, TAPE_TYPE)
 
 _BLOCK_LABEL = re.compile(r"^B(\d+)")
+# The kernel Numba compiles for an array expression (``a * b + c`` on arrays).
+_ARRAY_EXPRESSION = re.compile(r"__numba_array_expr_")
 _TANGENT_NAME = re.compile(r"^enzpy\.f\d+\.(.*)\.fwd$")
 
 
@@ -312,6 +314,8 @@ class ModuleBuilder:
         name = low.name if low is not None else demangle(symbol)
         if symbol in _RUNTIME_PURPOSE:      # enzpy's own helper, in code differentiated again
             return f" in {_RUNTIME_PURPOSE[symbol]} (second order through it is not supported)"
+        if low is None and _ARRAY_EXPRESSION.search(symbol):
+            return " in an array expression"        # (at_user_call names its line)
         text = f" in {name}" if PARALLEL_LOOP_BODY.search(symbol) and low is None \
             else f" in function '{name}'"
         line = self._line(symbol, low, block, ins, written) if low is not None else None
@@ -333,11 +337,30 @@ class ModuleBuilder:
                          if name and _short(name) in callee}
                 if len(lines) == 1:
                     return lines.pop()
+        if ins.opcode == "call" and not ins.callee:
+            lines = {line for line, _ in self._indirect_calls(symbol, low, block)}
+            if len(lines) == 1:
+                return lines.pop()
         lines = low.lines_writing(written) if written else ()
         if len(lines) == 1:
             return next(iter(lines))
         m = _BLOCK_LABEL.match(block or "")
         return self._lines[symbol].get(f"B{m.group(1)}") if m else None
+
+    def indirect_callee(self, symbol, ins) -> str:
+        """What the indirect call ``ins`` of ``symbol`` calls, as the user wrote it
+        (``the C function 'c_sin' (ctypes or cffi)``), or 'an indirect call'."""
+        low = self.lowered.get(symbol)
+        callees = {what for _, what in self._indirect_calls(
+            symbol, low, self._numba_block(symbol, ins))} if low is not None else ()
+        return callees.pop() if len(callees) == 1 else "an indirect call"
+
+    def _indirect_calls(self, symbol, low, block) -> list:
+        """``low.indirect_calls`` of Numba block ``block``, or of the whole function
+        when that block has none (a call Numba lowered in a block of its own)."""
+        return low.indirect_calls(block) or [
+            call for label in self._lines.setdefault(symbol, low.source_lines())
+            for call in low.indirect_calls(label)]
 
     def at_user_call(self, symbol, exc: UnsupportedError) -> UnsupportedError:
         """``exc``, raised in the derivative of ``symbol``, prefixed with the NumPy call
@@ -357,6 +380,13 @@ class ModuleBuilder:
                  for ins in b.instructions if ins.opcode == "call" and ins.callee == callee]
         if not calls:
             return exc
+        if _ARRAY_EXPRESSION.search(callee):
+            line = user.array_expression_line(callee)
+            if line is None:
+                return exc
+            located = UnsupportedError(f"the array expression at {user.source_file}:{line}: {exc}")
+            located.located = True
+            return located
         block = self._numba_block(user.symbol, calls[0])
         found = user.calls(block)
         construct = getattr(exc, "construct", None)      # (not a NumPy call: a container)

@@ -823,6 +823,37 @@ class Lowered:
                 found += [(stmt.loc.line, n) for n in _ufuncs_in(expr.expr)]
         return found
 
+    def array_expression_line(self, kernel: str):
+        """The source line of the array expression (``a * b + c`` on arrays) whose
+        kernel Numba named ``kernel`` (after the expression's hash), or None."""
+        for block in getattr(self.cres.type_annotation, "blocks", {}).values():
+            for stmt in block.body:
+                expr = stmt.value if isinstance(stmt, numba_ir.Assign) else None
+                if isinstance(expr, numba_ir.Expr) and expr.op == "arrayexpr" and \
+                        f"__numba_array_expr_{hex(hash(expr)).replace('-', '_')}" in kernel:
+                    return stmt.loc.line
+        return None
+
+    def indirect_calls(self, block_label: str) -> list:
+        """(line, what) of the calls in Numba block ``B<n>`` that go through a
+        function's address (a ctypes or cffi function, a cfunc, a first-class
+        function), ``what`` naming the callee as the user wrote it."""
+        block = self._typed_block(block_label)
+        typemap = self.cres.type_annotation.typemap if block is not None else {}
+        found = []
+        for stmt in block.body if block is not None else ():
+            expr = stmt.value if isinstance(stmt, numba_ir.Assign) else None
+            if not (isinstance(expr, numba_ir.Expr) and expr.op == "call"):
+                continue
+            kind = typemap.get(expr.func.name)
+            name = _written_name(block, expr.func)
+            if isinstance(kind, types.ExternalFunctionPointer):
+                found.append((stmt.loc.line, f"the C function '{name}' (ctypes or cffi)"))
+            elif isinstance(kind, types.FunctionType):
+                found.append((stmt.loc.line, f"'{name}', called through its address "
+                                             f"(a cfunc or a first-class function)"))
+        return found
+
     def _typed_block(self, block_label: str):
         """Numba's typed IR block ``B<n>`` names, or None (none kept: a function
         loaded from Numba's cache)."""
@@ -1357,6 +1388,23 @@ def _numpy_name(fnty):
     if isinstance(fnty, types.Function):
         return _numpy_names().get(id(fnty.typing_key))
     return None
+
+
+def _written_name(block, var) -> str:
+    """The name the user wrote for Numba's variable ``var`` of ``block``: the global,
+    free variable or argument it was loaded from, else the variable's own name."""
+    for stmt in reversed(block.body):
+        if isinstance(stmt, numba_ir.Assign) and stmt.target.name == var.name:
+            value = stmt.value
+            if isinstance(value, (numba_ir.Global, numba_ir.FreeVar, numba_ir.Arg)):
+                return value.name
+            if isinstance(value, numba_ir.Var):
+                return _written_name(block, value)
+            if isinstance(value, numba_ir.Expr) and value.op in ("getitem", "static_getitem"):
+                return f"{_written_name(block, value.value)}[...]"
+            break
+    name = var.name.partition(".")[0]
+    return "a function value" if name.startswith("$") else name
 
 
 def _ufuncs_in(tree) -> list:

@@ -133,7 +133,7 @@ class DerivativeGenerator:
                     self._refuse_nested_autodiff()
                     python_object = PYTHON_OBJECT_CALL.match(ins.callee or "")
                     what = (f"'{ins.callee}', which enzpy cannot differentiate" if ins.callee
-                            else "an indirect call (indirect call with active arguments)")
+                            else self.builder.indirect_callee(self.fn.name, ins))
                     raise UnsupportedError(
                         f"a value that depends on the differentiated inputs flows into "
                         f"{what}{self._where(ins)}{explain(ins.callee)}"
@@ -148,7 +148,8 @@ class DerivativeGenerator:
                         and not rules.INACTIVE_CALLS.match(ins.callee) \
                         and not rules.MEMORY_CALLS.match(ins.callee) \
                         and not self.integer_memory_call(ins) and not self._printed(ins) \
-                        and any(self.act.is_shadowed(a) for a in ins.args):
+                        and any(self.act.is_shadowed(a) and (
+                            ins.callee or self.act.memory_varies(a)) for a in ins.args):
                     self._refuse_nested_autodiff()
                     raise UnsupportedError(
                         f"call to '{ins.callee or 'an indirect function'}' with "

@@ -207,6 +207,21 @@ def unsup_function_argument(fn, x):
     return fn(x) + x
 
 
+@njit
+def once_unsup_functions_of_constants(fn, x, c):
+    # (the cfunc, the first-class function and the C function see constants only)
+    s = 0.0
+    for i in range(x.size):
+        s += x[i] * fn(c[i]) + _c_cbrt(c[i]) * x[i] ** 2
+    return s
+
+
+@njit
+def unsup_complex_power_of_an_array(x):
+    z = np.arange(1.0, 4.0) * x
+    return np.sum(z ** (1 + 1j)).real
+
+
 @njit(types.float64(types.float64))
 def _typed_square(x):
     return x * x
@@ -333,6 +348,12 @@ CORPUS = [
     ("complex_power", unsup_complex_power, lambda: [Active(0.7)], UnsupportedError,
      "unsup_complex_power", ["numba_cpow", f"near line {_line_of(unsup_complex_power, '**')})",
                              "complex power", "np.exp(p * np.log(z))"]),
+    # (the error named Numba's '<dynamic>.__numba_array_expr_0x7f...' kernel)
+    ("complex_power_in_an_array_expression", unsup_complex_power_of_an_array,
+     lambda: [Active(0.7)], UnsupportedError, "unsup_complex_power_of_an_array",
+     ["the array expression at test_unsupported.py:"
+      f"{_line_of(unsup_complex_power_of_an_array, '**')}: call to 'numba_cpow'",
+      "np.exp(p * np.log(z))"]),
     ("returns_tuple", unsup_returns_tuple, lambda: [Active(1.5)], UnsupportedError,
      "unsup_returns_tuple", ["returns UniTuple(float64 x 2)", "scalar or None"]),
     ("returns_array", unsup_returns_array, lambda: [Active(1.5)], UnsupportedError,
@@ -363,16 +384,22 @@ CORPUS = [
      lambda: [_dup(np.ones(3)), Const(np.zeros(3))], UnsupportedError, "unsup_copy_to_const",
      ["without a shadow", "pass 'out' as Duplicated",
       f"near line {_line_of(unsup_copy_to_const, 'out[i] =')})"]),
+    # (the callee and its line are named: before, "an indirect call" near the
+    # decorator's line)
     ("cfunc_call", unsup_cfunc_call, lambda: [Active(1.5)], UnsupportedError,
-     "unsup_cfunc_call", ["indirect call with active arguments", "near line"]),
+     "unsup_cfunc_call", ["'_c_square', called through its address (a cfunc",
+                          f"near line {_line_of(unsup_cfunc_call, 'return')})"]),
     ("ctypes_call", unsup_ctypes_call, lambda: [Active(1.5)], UnsupportedError,
-     "unsup_ctypes_call", ["indirect call with active arguments", "near line"]),
+     "unsup_ctypes_call", ["the C function '_c_cbrt' (ctypes or cffi)",
+                           f"near line {_line_of(unsup_ctypes_call, 'return')})"]),
     ("first_class_function_argument", unsup_function_argument,
      lambda: [Const(_c_square), Active(1.5)], UnsupportedError, "unsup_function_argument",
-     ["indirect", "near line"]),
+     ["'fn', called through its address",
+      f"near line {_line_of(unsup_function_argument, 'return')})"]),
     ("typed_list_of_functions", unsup_function_list,
      lambda: [Const(_function_list()), Active(1.5)], UnsupportedError, "unsup_function_list",
-     ["indirect", "near line"]),
+     ["'fns[...]', called through its address",
+      f"near line {_line_of(unsup_function_list, 's +=')})"]),
     # the block's result is boxed for the interpreter: before 6da8ef7 its
     # derivative was silently dropped (2x instead of 4x)
     ("objmode_block", unsup_objmode, lambda: [Active(1.5)], UnsupportedError, "unsup_objmode",
@@ -566,6 +593,14 @@ NOW_DIFFERENTIATED = [
     ("gamma", once_unsup_gamma, lambda: [Active(2.5)]),
     ("lgamma", once_unsup_lgamma, lambda: [Active(2.5)]),
     ("typed_dict", once_unsup_dict, lambda: [Active(1.5)]),
+    # a call through a function's address with constant arguments writes a constant
+    # into its result slot
+    ("cfunc_of_constants", once_unsup_functions_of_constants,
+     lambda: [Const(_c_square), _dup(np.array([0.3, 0.7, 1.1])), Const(np.array([0.5, 2.0, -1.0]))]),
+    ("first_class_function_of_constants", once_unsup_functions_of_constants,
+     lambda: [Const(_typed_square), _dup(np.array([0.3, -0.7])), Const(np.array([1.5, 2.0]))]),
+    ("function_of_constants_no_iteration", once_unsup_functions_of_constants,
+     lambda: [Const(_c_square), _dup(np.zeros(0)), Const(np.zeros(0))]),
     # the Gaussian pair Numba's sampler writes into a stack slot depends on no input
     ("random_normal_active_scale", once_unsup_random_normal, lambda: [Active(1.5)]),
 ]
@@ -576,6 +611,15 @@ NOW_DIFFERENTIATED = [
 def test_once_refused_now_differentiated(f, make_args):
     check = enzpy.check_gradient(f, *make_args())
     assert check.worst_relative_error < 1e-6, check
+
+
+@pytest.mark.parametrize("fn, g", [(_c_square, lambda c: c * c), (_typed_square, lambda c: c * c)])
+def test_calls_through_an_address_on_constants_in_forward_mode(fn, g):
+    x, c, v = np.array([0.3, 0.7, 1.1]), np.array([0.5, 2.0, -1.0]), np.array([1.0, -2.0, 0.5])
+    expected = (g(c) + 2.0 * np.cbrt(c) * x) @ v
+    (tangent,) = autodiff(enzpy.Forward, once_unsup_functions_of_constants, Const(fn),
+                          Duplicated(x, v), Const(c))
+    assert tangent == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.parametrize("f, make_args, name, needles", [c[1:] for c in NUMBA_IMPLEMENTATIONS],
