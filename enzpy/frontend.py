@@ -40,6 +40,7 @@ from . import backend, diskcache, fingerprint
 from .analysis import ARRAY_ALLOCATORS
 from .arguments import arrays_in
 from .errors import InternalError, UnsupportedError
+from .ir import is_float_type
 from .fingerprint import NotCacheable, value_digest
 from .irtext import definitions, unquote
 
@@ -1235,10 +1236,68 @@ _DEFINED = re.compile(r'define [^@]*@"?([^"(]+)"?\(')
 
 def _prepared(text: str, lowered, differentiated) -> tuple:
     """Numba's raw IR ``text`` made ready to link into the module differentiated:
-    ``_hoist_tuple_item_slots``, ``_inlinable``, ``_refuse_caught_exceptions``."""
+    ``_hoist_tuple_item_slots``, ``_inlinable``, ``_opaque_bit_views``,
+    ``_refuse_caught_exceptions``."""
     _refuse_record_copies(text, lowered, differentiated)
-    return _refuse_caught_exceptions(_inlinable(_hoist_tuple_item_slots(text)), lowered,
-                                     differentiated)
+    return _refuse_caught_exceptions(_opaque_bit_views(_inlinable(_hoist_tuple_item_slots(
+        text))), lowered, differentiated)
+
+
+# A float's bits viewed as an integer or back (``np.float64(x).view(np.int64)``).
+_BIT_VIEW = re.compile(r"^(\s*%\S+ = )bitcast (double|float|i64|i32) (\S+) to (double|float|i64|i32)$",
+                       re.M)
+_VIEW_FUNCTION = "enzpy.view"
+# A view kept as a call by _opaque_bit_views, after cleanup.
+_VIEW_CALL = re.compile(r'^(\s*%\S+ = )(?:tail |notail )?call (\w+) @"?enzpy\.view\.[\w.]+"?'
+                        r'\((\w+)(?: noundef)? ([^)]+)\)(?: #\d+)?$', re.M)
+_VIEW_DECLARATION = re.compile(r'^declare \w+ @"?enzpy\.view\.[\w.]+"?\(.*\n', re.M)
+
+
+def _opaque_bit_views(text: str) -> str:
+    """Views of a float's bits as an integer (and back) turned into calls of a
+    function cleanup cannot see into: instcombine would fold the view of a
+    loaded float into an integer load from float memory (and the view back of
+    a loaded integer into a float load from integer memory), where no
+    derivative follows; kept in SSA, the generators see where the bits go
+    (``plain_bit_views`` turns them back into bitcasts after cleanup)."""
+    views = set()
+
+    def call(m):
+        prefix, source, value, target = m.groups()
+        if is_float_type(source) == is_float_type(target):
+            return m.group(0)
+        name = f"{_VIEW_FUNCTION}.{source}.{target}"
+        views.add(f'declare {target} @"{name}"({source}) nounwind willreturn memory(none)')
+        return f'{prefix}call {target} @"{name}"({source} {value})'
+
+    text = _BIT_VIEW.sub(call, text)
+    return text + "\n" + "\n".join(sorted(views)) + "\n" if views else text
+
+
+def plain_bit_views(text: str) -> str:
+    """The cleaned module's text with ``_opaque_bit_views``' calls bitcasts again;
+    a float viewed as an integer and straight back is the float (a ``freeze`` of
+    it, which the generators pass the derivative through: they do not follow one
+    through an integer)."""
+    if _VIEW_FUNCTION not in text:
+        return text
+    lines, views = text.split("\n"), {}
+    for k, line in enumerate(lines):
+        if line.startswith("define"):
+            views = {}              # (value names are the function's own)
+        m = _VIEW_CALL.match(line)
+        if m is None:
+            continue
+        prefix, target, source, value = m.groups()
+        name = prefix.strip().rstrip(" =")
+        if is_float_type(source):
+            views[name] = (source, value)
+            lines[k] = f"{prefix}bitcast {source} {value} to {target}"
+        elif views.get(value, (None,))[0] == target:
+            lines[k] = f"{prefix}freeze {target} {views[value][1]}"
+        else:
+            lines[k] = f"{prefix}bitcast {source} {value} to {target}"
+    return _VIEW_DECLARATION.sub("", "\n".join(lines))
 
 
 def _name_and_lines(symbol, lowered) -> tuple:
@@ -1788,8 +1847,8 @@ def mark_small_helpers(module, keep, rule_covered=lambda name: False) -> int:
             if call is None:
                 continue
             sigil, callee = call.group(1)[0], unquote(call.group(1)[1:])
-            if sigil == "@" and (callee.startswith("llvm.") or callee in _RUNTIME_LEAVES or
-                                 rule_covered(callee)):
+            if sigil == "@" and (callee.startswith(("llvm.", _VIEW_FUNCTION)) or
+                                 callee in _RUNTIME_LEAVES or rule_covered(callee)):
                 continue
             inner = inlined_size(callee, open_calls) if sigil == "@" else None
             if inner is None:

@@ -8,6 +8,7 @@ a callee's derivative when a call carries derivatives.
 from __future__ import annotations
 
 import re
+from functools import cached_property
 
 from . import blas, rules
 from .analysis import Activity, ControlFlow, numba_convention, pointee_kinds, pointer_roots
@@ -66,30 +67,96 @@ class DerivativeGenerator:
     def _where(self, ins, written=None) -> str:
         return self.describe(self.fn.name, ins, written)
 
-    def _computed_from_varied_bits(self, value, converted=False) -> bool:
-        """Whether the integer ``value`` is computed (not merely moved: a float's
-        bits viewed as an integer and back keep their derivative; ``converted``:
-        its number made a float, which counts as computed) from the bits of a
-        float that varies with the inputs: an integer carries no derivative, so
-        one read back as a float would silently drop it."""
-        pending, seen = [(value, converted)], set()
-        while pending:
-            v, computed = pending.pop()
-            if v.kind != "inst" or (v.name, computed) in seen:
-                continue
-            seen.add((v.name, computed))
-            ins = self.fn.defs.get(v.name)
-            if ins is None:
-                continue
-            if ins.opcode == "bitcast" and is_float_type(ins.operands[0].type):
-                if computed and self.act.is_varied(ins.operands[0]):
-                    return True
-                continue
-            if ins.opcode in _INTEGER_ARITHMETIC:
-                ops = [o for o, _ in ins.incoming] if ins.opcode == "phi" else ins.operands
-                moved = ins.opcode in ("phi", "select", "freeze")
-                pending += [(o, computed or not moved) for o in ops]
-        return False
+    @cached_property
+    def _varied_bits(self) -> dict:
+        """Integer value name -> whether integer arithmetic made it (else it is moved
+        only: picked by a phi or select), for the integers holding the bits of a
+        float that varies with the inputs (``np.float64(x).view(np.int64)``)."""
+        bits, changed = {}, True
+        while changed:
+            changed = False
+            for b in self.fn.blocks:
+                for ins in b.instructions:
+                    op = ins.opcode
+                    if op == "bitcast" and is_float_type(ins.operands[0].type):
+                        computed = False if self.act.is_varied(ins.operands[0]) else None
+                    elif op in _INTEGER_ARITHMETIC or (
+                            op == "call" and (ins.callee or "").startswith("llvm.")
+                            and ins.type.startswith("i")):
+                        ops = [o for o, _ in ins.incoming] if op == "phi" else ins.args
+                        found = [bits[o.name] for o in ops if o.name in bits and o.kind == "inst"]
+                        computed = (op not in ("phi", "select", "freeze") or any(found)) \
+                            if found else None
+                    else:
+                        continue
+                    if computed is not None and bits.get(ins.name) not in (True, computed):
+                        bits[ins.name] = computed
+                        changed = True
+        return bits
+
+    @cached_property
+    def _ints_from_varying_calls(self) -> set:
+        """The integers read from a stack slot a call with varying arguments wrote (a
+        callee's result: a float's bits, for all enzpy sees of it), and those
+        integer arithmetic makes of them."""
+        found, changed = set(), True
+        while changed:
+            changed = False
+            for b in self.fn.blocks:
+                for ins in b.instructions:
+                    if ins.name in found or not ins.type.startswith("i"):
+                        continue
+                    if ins.opcode == "load":
+                        ptr = ins.operands[0]
+                        new = all(kind == "local" and self.fn.defs[name].opcode == "alloca"
+                                  for kind, name in pointer_roots(self.fn, ptr) or {("", "")}) \
+                            and self.act.memory_varies(ptr)
+                    elif ins.opcode in _INTEGER_ARITHMETIC:
+                        ops = [o for o, _ in ins.incoming] if ins.opcode == "phi" else ins.operands
+                        new = any(o.kind == "inst" and o.name in found for o in ops)
+                    else:
+                        continue
+                    if new:
+                        found.add(ins.name)
+                        changed = True
+        return found
+
+    def _check_float_bits(self, ins):
+        """An integer carries no derivative: a varying float's bits may be tested (a
+        sign test), not read back as a float (viewed straight back they are the float
+        itself: ``frontend.plain_bit_views``), converted as a number, or kept where
+        enzpy does not follow them (memory, a call, an aggregate): the derivative
+        would be silently dropped."""
+        op = ins.opcode
+        if op == "bitcast" and is_float_type(ins.type):
+            what, operands = "read back as a float", ins.operands[:1]
+        elif op in ("sitofp", "uitofp"):
+            what, operands = "converted to a float as a number", ins.operands[:1]
+        elif op == "store":
+            what, operands = "stored to memory", ins.operands[:1]
+        elif op in ("call", "invoke") and not (ins.callee or "").startswith("llvm."):
+            what, operands = "passed to a call", ins.args
+        elif op in ("ret", "insertvalue"):
+            what, operands = "returned or put into an aggregate", ins.operands
+        else:
+            return
+        carried = [self._varied_bits[o.name] for o in operands
+                   if o.kind == "inst" and o.name in self._varied_bits]
+        if op == "bitcast" and not carried and operands[0].name in self._ints_from_varying_calls:
+            raise UnsupportedError(
+                f"an integer a call computed from values that depend on the differentiated "
+                f"inputs is read as a float's bits (`{ins.text}`){self._where(ins)}: an integer "
+                f"carries no derivative, so enzpy would drop it; return the float itself")
+        if not carried:
+            return
+        advice = "compute the value from floats" if any(carried) else \
+            "view them back as a float where they are made, or keep the float"
+        raise UnsupportedError(
+            f"the bits of a value that depends on the differentiated inputs (a float viewed "
+            f"as an integer: np.float64(x).view(np.int64)) are "
+            f"{'computed on by integer arithmetic and ' if any(carried) else ''}{what} "
+            f"(`{ins.text}`){self._where(ins)}: an integer carries no derivative, so enzpy "
+            f"would drop it; {advice}")
 
     def _check_unsupported(self):
         for b in self.fn.blocks:
@@ -106,16 +173,7 @@ class DerivativeGenerator:
                         f"{self._where(ins, self._argument_name(ins.operands[1]))}"
                         f"{self._const_advice(ins.operands[1])}")
                 self._check_shadow_kept(ins)
-                if (ins.opcode == "bitcast" and is_float_type(ins.type) and
-                        self._computed_from_varied_bits(ins.operands[0])) or \
-                        (ins.opcode in ("sitofp", "uitofp") and
-                         self._computed_from_varied_bits(ins.operands[0], converted=True)):
-                    raise UnsupportedError(
-                        f"the bits of a value that depends on the differentiated inputs "
-                        f"(a float viewed as an integer: np.float64(x).view(np.int64)) are "
-                        f"computed with and read back as a float (`{ins.text}`)"
-                        f"{self._where(ins)}: enzpy cannot follow a derivative through "
-                        f"integer arithmetic; compute the value from floats")
+                self._check_float_bits(ins)
                 if ins.callee == VARSIZE_FREE and self.act.is_shadowed(ins.args[0]) and \
                         self._copied_type(ins) is not None:
                     raise UnsupportedError(

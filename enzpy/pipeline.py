@@ -340,7 +340,7 @@ class Build:
                                         custom.covered)
             frontend.cleanup(module)
         with self.stage("read_ir"):
-            model = read_module_text(str(module))
+            model = read_module_text(frontend.plain_bit_views(str(module)))
             self.report.refcounts_dropped = refcounts.drop_borrowed_refcounts(model)
         self.report.primal_instructions = _size(model)
         self.dump("primal", model.text)

@@ -62,6 +62,8 @@ def _one_over_sqrt(e, x):
 rule("fadd", lambda e, a, b, r: ONE, lambda e, a, b, r: ONE)
 rule("fsub", lambda e, a, b, r: ONE, lambda e, a, b, r: MINUS_ONE)
 rule("fneg", lambda e, a, r: MINUS_ONE)
+# (a float viewed as an integer and straight back: frontend.plain_bit_views)
+rule("freeze", lambda e, a, r: ONE)
 rule("fmul", lambda e, a, b, r: b, lambda e, a, b, r: a)
 rule("fdiv", lambda e, a, b, r: e.recip(b), lambda e, a, b, r: e.fneg(e.fdiv(r, b)))
 # frem is C's fmod: a - b * trunc(a / b).

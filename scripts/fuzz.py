@@ -161,6 +161,8 @@ UNARY = [
     "({}) ** 2", "({}) ** 3", "abs({})", "max({}, {c})", "min({}, {c})", "(-({}))",
     "np.cos({})", "np.arctan({})", "math.erf({})", "math.hypot({}, {c})",
     "np.nextafter({}, {c})", "math.lgamma(1.5 + ({}) ** 2)", "math.gamma(1.0 + math.sin({}))",
+    # (a float's bits viewed straight back: the float)
+    "np.int64(np.float64({}).view(np.int64)).view(np.float64)",
 ]
 BOUNDED = ["math.sin({})", "math.tanh({})", "math.atan({})", "math.cos({})"]
 COMPARE = ["<", ">", "<=", ">="]

@@ -325,6 +325,66 @@ def unsup_float_bits_as_a_number(x):
     return float(np.float64(x).view(np.int64)) * 1e-18 + x
 
 
+_SIGN_BIT = np.int64(-9223372036854775808)
+
+
+@njit
+def unsup_sign_flip_of_element_bits(x):
+    # (found by review: Numba's load of x[0] and its view folded into an integer
+    # load from float memory, whose derivative was dropped: 0 for -3)
+    i = np.float64(x[0]).view(np.int64) ^ _SIGN_BIT
+    return np.int64(i).view(np.float64) * 3.0 + x[1]
+
+
+@njit
+def unsup_element_bits_kept_in_an_int_array(x):
+    buf = np.empty(1, np.int64)
+    buf[0] = np.float64(x[0]).view(np.int64)
+    return np.int64(buf[0]).view(np.float64) ** 2
+
+
+@njit
+def _bits_of(a):
+    return np.float64(a).view(np.int64)
+
+
+@njit
+def unsup_bits_returned_by_a_callee(a):
+    return np.int64(_bits_of(a)).view(np.float64) ** 2
+
+
+@njit
+def unsup_bits_kept_in_a_dict(a):
+    d = {0: np.float64(a).view(np.int64)}
+    return np.int64(d[0]).view(np.float64) ** 2
+
+
+@njit
+def bits_viewed_straight_back(x):
+    s = 0.0
+    for k in range(x.size):
+        s += np.int64(np.float64(x[k]).view(np.int64)).view(np.float64) ** 2
+        if np.float64(x[k]).view(np.int64) < 0:          # a sign test reads the bits only
+            s -= x[k]
+    return s
+
+
+def test_a_float_viewed_as_bits_and_straight_back_keeps_its_derivative():
+    x = np.array([1.1, -0.4, 0.8])
+    expected = 2.0 * x - (x < 0)
+    dx = np.zeros(3)
+    autodiff(Reverse, bits_viewed_straight_back, Duplicated(x.copy(), dx))
+    np.testing.assert_allclose(dx, expected, rtol=1e-12)
+    v = np.array([0.5, -1.0, 2.0])
+    (tangent,) = autodiff(enzpy.Forward, bits_viewed_straight_back, Duplicated(x.copy(), v))
+    assert tangent == pytest.approx(expected @ v, rel=1e-12)
+    np.testing.assert_allclose(enzpy.hvp(bits_viewed_straight_back, x, v), 2.0 * v, rtol=1e-12)
+    for n in (0, 1):
+        dx = np.zeros(n)
+        autodiff(Reverse, bits_viewed_straight_back, Duplicated(x[:n].copy(), dx))
+        np.testing.assert_allclose(dx, expected[:n])
+
+
 def _line_of(f, text):
     """The source line of ``f`` holding ``text``."""
     lines, first = __import__("inspect").getsourcelines(f.py_func)
@@ -436,6 +496,19 @@ CORPUS = [
     ("float_bits_as_a_number", unsup_float_bits_as_a_number, lambda: [Active(2.3)],
      UnsupportedError, "unsup_float_bits_as_a_number",
      ["the bits of a value that depends on the differentiated inputs"]),
+    # (found by review, the four below: silently zero derivatives)
+    ("array_element_bits_computed_on", unsup_sign_flip_of_element_bits,
+     lambda: [_dup(np.array([1.1, -0.4]))], UnsupportedError, "unsup_sign_flip_of_element_bits",
+     ["the bits of a value", "computed on by integer arithmetic and read back as a float"]),
+    ("float_bits_stored", unsup_element_bits_kept_in_an_int_array,
+     lambda: [_dup(np.array([1.1, -0.4]))], UnsupportedError,
+     "unsup_element_bits_kept_in_an_int_array", ["the bits of a value", "stored to memory"]),
+    ("float_bits_returned_by_a_callee", unsup_bits_returned_by_a_callee, lambda: [Active(1.5)],
+     UnsupportedError, "unsup_bits_returned_by_a_callee",
+     ["an integer a call computed from values that depend on the differentiated inputs",
+      "read as a float's bits"]),
+    ("float_bits_in_a_dict", unsup_bits_kept_in_a_dict, lambda: [Active(1.5)],
+     UnsupportedError, "unsup_bits_kept_in_a_dict", ["the bits of a value", "passed to a call"]),
     ("generator_consumer", unsup_generator_consumer, lambda: [Active(1.5)], UnsupportedError,
      "unsup_generator_consumer", ["uses a generator", "at test_unsupported.py:"]),
 ]
