@@ -457,6 +457,29 @@ def aliasing_message(written, other) -> str:
             f"leave argument {other} unchanged; pass distinct arrays (a copy)")
 
 
+@njit
+def _extent(a):
+    """The addresses ``a``'s elements span, [low, high)."""
+    low = high = np.intp(a.ctypes.data)     # (uintp + intp would be a float)
+    for k in range(a.ndim):
+        step = (a.shape[k] - 1) * a.strides[k]
+        if step < 0:
+            low += step
+        else:
+            high += step
+    return low, high + a.itemsize
+
+
+@njit
+def may_share_memory_nopython(a, b):
+    """``np.may_share_memory`` (which Numba does not provide): overlapping extents."""
+    if a.size == 0 or b.size == 0:
+        return False
+    a_low, a_high = _extent(a)
+    b_low, b_high = _extent(b)
+    return a_low < b_high and b_low < a_high
+
+
 def overlaps_itself(a: np.ndarray) -> bool:
     """Whether elements of ``a`` may share memory (a ``np.broadcast_to`` view's
     zero stride, overlapping ``as_strided`` strides): such an array cannot hold

@@ -19,6 +19,7 @@ from numba.extending import (lower_builtin, make_attribute_wrapper, models,
                              overload, register_model, type_callable, typeof_impl)
 
 from . import pipeline
+from .arguments import may_share_memory_nopython
 from .api import Active, Const, Duplicated, Mode, autodiff
 from .arguments import (aliasing_message, positional_parameters, star_parameter,
                         strides_fit, unlike_shadows_message)
@@ -183,29 +184,6 @@ def _check_signature(disp, signature, mode):
 
 
 @njit
-def _extent(a):
-    """The addresses ``a``'s elements span, [low, high)."""
-    low = high = np.intp(a.ctypes.data)     # (uintp + intp would be a float)
-    for k in range(a.ndim):
-        step = (a.shape[k] - 1) * a.strides[k]
-        if step < 0:
-            low += step
-        else:
-            high += step
-    return low, high + a.itemsize
-
-
-@njit
-def _may_share_memory(a, b):
-    """``np.may_share_memory`` (which Numba does not provide): overlapping extents."""
-    if a.size == 0 or b.size == 0:
-        return False
-    a_low, a_high = _extent(a)
-    b_low, b_high = _extent(b)
-    return a_low < b_high and b_low < a_high
-
-
-@njit
 def _overlaps_itself(a):
     """``arguments.overlaps_itself`` in nopython mode."""
     if a.flags.c_contiguous or a.flags.f_contiguous or a.size == 0:
@@ -235,7 +213,7 @@ def _shadows_mix(x, dx, y, dy, held):
     """``arguments.conflicting_shadows`` for one pair, in nopython mode: the
     shadows share memory in a way the arrays do not (or, ``held``, the arrays
     share memory in a way the shadows do not)."""
-    if not (_may_share_memory(dx, dy) or held and _may_share_memory(x, y)):
+    if not (may_share_memory_nopython(dx, dy) or held and may_share_memory_nopython(x, y)):
         return False
     if not (_strides_fit(x, dx) and _strides_fit(y, dy)):
         return True
@@ -332,7 +310,7 @@ def _implementation(entry, mode, signature, annotated, defaults):
         tangent = "out[0]" if entry.returns_tangent else "None"
         lines.append(f"    return ({tangent}, out[-2])" if mode.with_primal
                      else f"    return ({tangent},)")
-    namespace = {"__name__": __name__, "call": entry.call, "may_share_memory": _may_share_memory,
+    namespace = {"__name__": __name__, "call": entry.call, "may_share_memory": may_share_memory_nopython,
                  "overlaps_itself": _overlaps_itself, "shadows_mix": _shadows_mix,
                  "strides_fit": _strides_fit,
                  **{f"default{k}": d for k, d in enumerate(defaults)}}

@@ -43,7 +43,7 @@ from numba.core.registry import cpu_target
 from numba.experimental import structref
 
 from . import custom, diskcache, fingerprint, frontend
-from .arguments import positional_parameters
+from .arguments import may_share_memory_nopython, positional_parameters
 from .errors import RuleError, RuleShapeError, UnsupportedError
 from .ir import Function, fields_of, local, tangent_name
 from .irtext import type_text
@@ -703,20 +703,21 @@ def _reverse_glue(glue):
     res_type = _owned_type(res_type)        # (what the box keeps: copies, C-ordered)
     box_type = _BoxType([("res", res_type), ("out", out_type), ("shadow", out_type)])
     namespace = {"fwd": spec.fwd, "bwd": spec.bwd, "np": np, "new": structref.new,
-                 "RuleShapeError": RuleShapeError, "Box": box_type,
+                 "RuleShapeError": RuleShapeError, "Box": box_type, **_VIEW_CHECK,
                  "_zero_shadow": _zero_shadow, "_cotangent": _cotangent, "_owned": _owned}
+    arrays = [i for i, k in enumerate(glue.kinds) if k == "array"]
     aug_source = (f"def aug({xs}):\n"
                   f"    out, res = fwd({xs})\n"
-                  f"    box = new(Box)\n    box.res = _owned(res)\n    box.out = out\n"
-                  f"    box.shadow = _zero_shadow(out)\n"
-                  f"    return out, box, box.shadow\n")
+                  + _refuse_views_of_arguments(spec, out_type, arrays) +
+                  "    box = new(Box)\n    box.res = _owned(res)\n    box.out = out\n"
+                  "    box.shadow = _zero_shadow(out)\n"
+                  "    return out, box, box.shadow\n")
     aug = _compile(aug_source, dict(namespace), "aug", argtypes, spec)
 
     cts = _compile_rule_function(spec.bwd, (res_type, out_type), "bwd (residuals, g)", spec)
     if not isinstance(cts, types.BaseTuple) or len(cts) != n:
         raise RuleError(f"{spec.name}: bwd must return a tuple of {n} cotangents (one per "
                         f"argument), returns {cts}")
-    arrays = [i for i, k in enumerate(glue.kinds) if k == "array"]
     floats = [i for i, k in enumerate(glue.kinds) if k == "float"]
     lines = [f"def rev(box, gs, has_g{''.join(f', s{i}' for i in arrays)}"
              f"{''.join(f', h{i}' for i in arrays)}):",
@@ -753,6 +754,26 @@ def _reverse_glue(glue):
     return aug, rev
 
 
+_VIEW_CHECK = {"_may_share": may_share_memory_nopython, "UnsupportedError": UnsupportedError}
+
+
+def _refuse_views_of_arguments(spec, out_type, arrays) -> str:
+    """Glue source raising when an array of the rule's result ``out`` shares memory
+    with an array argument (a view of it): the result gets a shadow (tangent) of
+    its own, so what the caller writes through one would not reach the other's
+    derivative."""
+    lines = []
+    for path in _array_paths(out_type):
+        for i in arrays:
+            message = (f"{spec.name}: the result{f' (item {path})' if path else ''} shares "
+                       f"memory with argument {i} (a view of it); enzpy gives the result of a "
+                       f"function with a rule a derivative of its own, so writes through one "
+                       f"would not reach the other: return a copy, or drop the rule")
+            lines += [f"    if _may_share(out{path}, x{i}):",
+                      f"        raise UnsupportedError({message!r})"]
+    return "".join(line + "\n" for line in lines)
+
+
 def _forward_glue(glue):
     spec, argtypes = glue.spec, glue.argtypes
     n = len(argtypes)
@@ -767,6 +788,7 @@ def _forward_glue(glue):
         else:
             tangents.append(f"t{i}")
     lines.append(f"    out, tangent = jvp(({', '.join(xs)},), ({', '.join(tangents)},))")
+    lines.append(_refuse_views_of_arguments(spec, glue.restype, arrays).rstrip("\n"))
     # (laying out a tangent of another shape would read past its end)
     message = f"{spec.name}: jvp's tangent does not have the shape of the result"
     for path in _array_paths(glue.restype):
@@ -776,7 +798,7 @@ def _forward_glue(glue):
     lines.append("    return out, _laid_out_like(out, tangent)")
     fwd_types = tuple(argtypes) * 2 + (types.int64,) * len(arrays)
     namespace = {"jvp": spec.jvp, "np": np, "_laid_out_like": _laid_out_like,
-                 "RuleShapeError": RuleShapeError}
+                 "RuleShapeError": RuleShapeError, **_VIEW_CHECK}
     try:
         compiled = _compile("\n".join(lines) + "\n", namespace, "fwd", fwd_types, spec)
     except RuleError:
