@@ -18,6 +18,7 @@ The element type is fixed per call site (Numba passes it as a constant
 from __future__ import annotations
 
 from .errors import UnsupportedError
+from .analysis import pointer_roots
 from .ir import Function, Value, local, tangent_name
 from .runtime import counted_loop
 from .tape import POP, PUSH
@@ -55,6 +56,44 @@ def check_call(ins, where, function):
     if kind.kind != "const" or int(kind.ref) not in KINDS:
         raise UnsupportedError(f"`{ins.text}`: enzpy differentiates BLAS products of float32 "
                                f"and float64 arrays only (not complex){where}")
+
+
+def result_written_over(functions, name, memo) -> frozenset:
+    """Pairs (read, written) of the parameters of the function ``name`` (a BLAS
+    entry point, or a function calling one at any depth) whose memory a product
+    reads as an operand and writes its result into: passed the same memory
+    (``np.dot(b, a, a)``), the product overwrites the operand it reads. ``memo``:
+    the pairs found so far, by function name."""
+    if name in OPERANDS:
+        read, written = OPERANDS[name]
+        return frozenset((k, written) for k in read)
+    if name in memo:
+        return memo[name]
+    memo[name] = frozenset()        # (a recursive call adds nothing of its own)
+    fn = functions.get(name)
+    pairs = set()
+    for ins in (ins for b in (fn.blocks if fn is not None else ()) for ins in b.instructions):
+        if ins.opcode != "call" or not ins.callee:
+            continue
+        for k, w in result_written_over(functions, ins.callee, memo):
+            pairs |= {(i, j) for kind, i in pointer_roots(fn, ins.args[k]) if kind == "arg"
+                      for kind_w, j in pointer_roots(fn, ins.args[w]) if kind_w == "arg"
+                      and i != j}
+    memo[name] = frozenset(pairs)
+    return memo[name]
+
+
+def check_result_apart(ins, pairs, roots, where):
+    """Refuse a call passing the same memory as an operand of a BLAS product and
+    as its result (``pairs``: ``result_written_over`` of the callee): BLAS would
+    read the operand while overwriting it (NumPy copies it first), and the
+    derivative would read the overwritten operand and add into the shadow it
+    then scales by beta. ``roots(value)``: where a pointer comes from."""
+    if any(roots(ins.args[k]) & roots(ins.args[w]) for k, w in pairs):
+        raise UnsupportedError(f"a product writes its result into the memory of one of its "
+                               f"operands (np.dot(a, b, out) with out sharing memory with a or "
+                               f"b){where}: BLAS would read the operand while overwriting it; "
+                               f"pass an out array of its own")
 
 
 def unshadowed_result(ins, shadowed):

@@ -117,6 +117,7 @@ class ModuleBuilder:
         self._pending = []
         self._generating = []       # derivatives being written, outermost first
         self._caller = {}           # symbol -> the symbol whose derivative first called it
+        self.products_written_over = {}     # see blas.result_written_over
         name_parallel_loops(module)
         self.declarations.update(report_failed_loops(module))
         name_dict_calls(module)
@@ -337,6 +338,10 @@ class ModuleBuilder:
                          if name and _short(name) in callee}
                 if len(lines) == 1:
                     return lines.pop()
+            named = callee.split(".")
+            lines = {line for line, name in low.function_calls(block) if name in named}
+            if len(lines) == 1:
+                return lines.pop()
         if ins.opcode == "call" and not ins.callee:
             lines = {line for line, _ in self._indirect_calls(symbol, low, block)}
             if len(lines) == 1:

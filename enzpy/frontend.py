@@ -824,6 +824,17 @@ class Lowered:
                 found += [(stmt.loc.line, n) for n in _ufuncs_in(expr.expr)]
         return found
 
+    def function_calls(self, block_label: str) -> list:
+        """(line, name) of the calls of ``@njit`` functions in Numba block ``B<n>``."""
+        block = self._typed_block(block_label)
+        typemap = self.cres.type_annotation.typemap if block is not None else {}
+        return [(stmt.loc.line, kind.dispatcher.py_func.__name__)
+                for stmt in (block.body if block is not None else ())
+                if isinstance(stmt, numba_ir.Assign) and isinstance(stmt.value, numba_ir.Expr)
+                and stmt.value.op == "call"
+                for kind in [typemap.get(stmt.value.func.name)]
+                if isinstance(kind, types.Dispatcher)]
+
     def array_expression_line(self, kernel: str):
         """The source line of the array expression (``a * b + c`` on arrays) whose
         kernel Numba named ``kernel`` (after the expression's hash), or None."""

@@ -187,6 +187,11 @@ class DerivativeGenerator:
                             f"a product of arrays that depend on the differentiated inputs is "
                             f"written to memory without a shadow (`{ins.text}`)"
                             f"{self._where(ins)}{self._const_advice(out)}")
+                if ins.opcode == "call" and ins.callee:
+                    pairs = blas.result_written_over(self.builder.module.functions, ins.callee,
+                                                     self.builder.products_written_over)
+                    if pairs:
+                        blas.check_result_apart(ins, pairs, self._roots, self._where(ins))
                 if ins.opcode == "call" and self._escapes(ins) and not self._printed(ins):
                     self._refuse_nested_autodiff()
                     python_object = PYTHON_OBJECT_CALL.match(ins.callee or "")

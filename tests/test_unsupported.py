@@ -325,6 +325,44 @@ def unsup_float_bits_as_a_number(x):
     return float(np.float64(x).view(np.int64)) * 1e-18 + x
 
 
+@njit
+def unsup_product_into_its_operand(A, B):
+    # (silently wrong before: BLAS overwrote A while reading it, and the
+    # derivative read the overwritten A and scaled its own additions away)
+    np.dot(B, A, A)
+    return A.sum()
+
+
+@njit
+def unsup_matvec_into_its_operand(A, x):
+    np.dot(A, x, x)
+    return x.sum()
+
+
+@njit
+def _product_into(A, B, out):
+    np.dot(A, B, out)
+
+
+@njit
+def unsup_product_into_its_operand_in_a_callee(A, B):
+    _product_into(B, A, A)
+    return A.sum()
+
+
+@njit
+def product_into_an_array_of_its_own(A, B):
+    C = np.empty((2, 2))
+    np.dot(B, A, C)
+    return (C * A).sum()
+
+
+def test_a_product_into_an_out_array_of_its_own_is_differentiated():
+    A, B = np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[0.5, -1.0], [2.0, 0.3]])
+    check = enzpy.check_gradient(product_into_an_array_of_its_own, _dup(A), _dup(B))
+    assert check.worst_relative_error < 1e-7, check
+
+
 _SIGN_BIT = np.int64(-9223372036854775808)
 
 
@@ -496,6 +534,19 @@ CORPUS = [
     ("float_bits_as_a_number", unsup_float_bits_as_a_number, lambda: [Active(2.3)],
      UnsupportedError, "unsup_float_bits_as_a_number",
      ["the bits of a value that depends on the differentiated inputs"]),
+    ("product_into_its_operand", unsup_product_into_its_operand,
+     lambda: [_dup(_matrix()[:2, :2].copy()), _dup(_matrix()[1:, 1:].copy())], UnsupportedError,
+     "unsup_product_into_its_operand",
+     ["writes its result into the memory of one of its operands",
+      f"near line {_line_of(unsup_product_into_its_operand, 'np.dot')})"]),
+    ("matvec_into_its_operand", unsup_matvec_into_its_operand,
+     lambda: [Const(_matrix()[:2, :2].copy()), _dup(np.array([1.0, 2.0]))], UnsupportedError,
+     "unsup_matvec_into_its_operand", ["writes its result into the memory of one of its"]),
+    ("product_into_its_operand_in_a_callee", unsup_product_into_its_operand_in_a_callee,
+     lambda: [_dup(_matrix()[:2, :2].copy()), _dup(_matrix()[1:, 1:].copy())], UnsupportedError,
+     "unsup_product_into_its_operand_in_a_callee",
+     ["writes its result into the memory of one of its operands",
+      f"near line {_line_of(unsup_product_into_its_operand_in_a_callee, '_product_into(')})"]),
     # (found by review, the four below: silently zero derivatives)
     ("array_element_bits_computed_on", unsup_sign_flip_of_element_bits,
      lambda: [_dup(np.array([1.1, -0.4]))], UnsupportedError, "unsup_sign_flip_of_element_bits",
