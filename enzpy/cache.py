@@ -118,6 +118,7 @@ class ModuleBuilder:
         self._generating = []       # derivatives being written, outermost first
         self._caller = {}           # symbol -> the symbol whose derivative first called it
         self.products_written_over = {}     # see blas.result_written_over
+        self.bits_emitted = {}              # see generator.emits_float_bits
         name_parallel_loops(module)
         self.declarations.update(report_failed_loops(module))
         name_dict_calls(module)

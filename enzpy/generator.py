@@ -43,6 +43,77 @@ _INTEGER_ARITHMETIC = frozenset(("add", "sub", "mul", "udiv", "sdiv", "urem", "s
 _INACTIVE_ONLY_IF = " if its result does not depend on the differentiated inputs"
 
 
+def bit_views(fn, varies) -> dict:
+    """``integers_made_from`` the bitcasts of the floats ``varies(value)`` accepts:
+    integers holding a float's bits (``np.float64(x).view(np.int64)``)."""
+    return integers_made_from(fn, lambda ins: ins.opcode == "bitcast" and is_float_type(
+        ins.operands[0].type) and varies(ins.operands[0]))
+
+
+def integers_made_from(fn, is_source) -> dict:
+    """Integer value name -> whether integer arithmetic made it (else it is the
+    source or moved only: picked by a phi or select), for the integers of ``fn``
+    that the instructions ``is_source(ins)`` accepts make, and those made of them."""
+    bits, changed = {}, True
+    while changed:
+        changed = False
+        for b in fn.blocks:
+            for ins in b.instructions:
+                op = ins.opcode
+                if is_source(ins):
+                    computed = False
+                elif op == "trunc" and ins.type in ("i1", "i8"):
+                    continue        # (a boolean or a byte holds no float: a sign test)
+                elif op in _INTEGER_ARITHMETIC or (
+                        op == "call" and (ins.callee or "").startswith("llvm.")
+                        and ins.type.startswith("i")):
+                    ops = [o for o, _ in ins.incoming] if op == "phi" else ins.args
+                    found = [bits[o.name] for o in ops if o.name in bits and o.kind == "inst"]
+                    computed = (op not in ("phi", "select", "freeze") or any(found)) \
+                        if found else None
+                else:
+                    continue
+                if computed is not None and bits.get(ins.name) not in (True, computed):
+                    bits[ins.name] = computed
+                    changed = True
+    return bits
+
+
+def _bits_sink(ins):
+    """(what happens, operands) where ``ins`` reads an integer back as a float or
+    takes it where enzpy does not follow a float's bits; None elsewhere."""
+    op = ins.opcode
+    if op == "bitcast" and is_float_type(ins.type):
+        return "read back as a float", ins.operands[:1]
+    if op in ("sitofp", "uitofp"):
+        return "converted to a float as a number", ins.operands[:1]
+    if op == "store":
+        return "stored to memory", ins.operands[:1]
+    if op in ("call", "invoke") and not (ins.callee or "").startswith("llvm."):
+        return "passed to a call", ins.args
+    if op in ("ret", "insertvalue"):
+        return "returned or put into an aggregate", ins.operands
+    return None
+
+
+def emits_float_bits(functions, name, memo) -> bool:
+    """Whether the function ``name`` (or a function it calls) stores, returns or
+    passes on the bits of a float viewed as an integer: called with a varying
+    float and not differentiated (its result an integer), its caller would get
+    the bits without their derivative. ``memo``: the answers so far, by name."""
+    if name not in memo:
+        memo[name] = False          # (a recursive call adds nothing of its own)
+        fn = functions.get(name)
+        bits = bit_views(fn, lambda value: True) if fn is not None else {}
+        memo[name] = fn is not None and any(
+            (sink := _bits_sink(ins)) is not None and ins.opcode not in (
+                "bitcast", "sitofp", "uitofp")
+            and any(o.kind == "inst" and o.name in bits for o in sink[1])
+            or ins.opcode == "call" and ins.callee and emits_float_bits(functions, ins.callee, memo)
+            for b in fn.blocks for ins in b.instructions)
+    return memo[name]
+
+
 class DerivativeGenerator:
     """Base of ``ReverseGenerator`` and ``ForwardGenerator``."""
 
@@ -69,57 +140,32 @@ class DerivativeGenerator:
 
     @cached_property
     def _varied_bits(self) -> dict:
-        """Integer value name -> whether integer arithmetic made it (else it is moved
-        only: picked by a phi or select), for the integers holding the bits of a
-        float that varies with the inputs (``np.float64(x).view(np.int64)``)."""
-        bits, changed = {}, True
-        while changed:
-            changed = False
-            for b in self.fn.blocks:
-                for ins in b.instructions:
-                    op = ins.opcode
-                    if op == "bitcast" and is_float_type(ins.operands[0].type):
-                        computed = False if self.act.is_varied(ins.operands[0]) else None
-                    elif op in _INTEGER_ARITHMETIC or (
-                            op == "call" and (ins.callee or "").startswith("llvm.")
-                            and ins.type.startswith("i")):
-                        ops = [o for o, _ in ins.incoming] if op == "phi" else ins.args
-                        found = [bits[o.name] for o in ops if o.name in bits and o.kind == "inst"]
-                        computed = (op not in ("phi", "select", "freeze") or any(found)) \
-                            if found else None
-                    else:
-                        continue
-                    if computed is not None and bits.get(ins.name) not in (True, computed):
-                        bits[ins.name] = computed
-                        changed = True
-        return bits
+        """``bit_views`` of the floats that vary with the inputs."""
+        return bit_views(self.fn, self.act.is_varied)
 
     @cached_property
-    def _ints_from_varying_calls(self) -> set:
-        """The integers read from a stack slot a call with varying arguments wrote (a
-        callee's result: a float's bits, for all enzpy sees of it), and those
-        integer arithmetic makes of them."""
-        found, changed = set(), True
-        while changed:
-            changed = False
-            for b in self.fn.blocks:
-                for ins in b.instructions:
-                    if ins.name in found or not ins.type.startswith("i"):
-                        continue
-                    if ins.opcode == "load":
-                        ptr = ins.operands[0]
-                        new = all(kind == "local" and self.fn.defs[name].opcode == "alloca"
-                                  for kind, name in pointer_roots(self.fn, ptr) or {("", "")}) \
-                            and self.act.memory_varies(ptr)
-                    elif ins.opcode in _INTEGER_ARITHMETIC:
-                        ops = [o for o, _ in ins.incoming] if ins.opcode == "phi" else ins.operands
-                        new = any(o.kind == "inst" and o.name in found for o in ops)
-                    else:
-                        continue
-                    if new:
-                        found.add(ins.name)
-                        changed = True
-        return found
+    def _addresses(self) -> dict:
+        """``integers_made_from`` the addresses of memory holding values that vary
+        with the inputs (``x.ctypes.data``)."""
+        return integers_made_from(self.fn, lambda ins: ins.opcode == "ptrtoint" and
+                                  self.act.is_shadowed(ins.operands[0]) and
+                                  self.act.memory_varies(ins.operands[0]))
+
+    def _check_address_handed_on(self, ins):
+        """Code enzpy cannot see into given an address as an integer (a C function
+        called with ``x.ctypes.data``) may read memory enzpy cannot follow it into.
+        (Numba code given it is read: turned back into a pointer, it is refused.)"""
+        if ins.opcode not in ("call", "invoke") or \
+                ins.callee in self.builder.module.functions or \
+                (ins.callee or "").startswith("llvm.") or \
+                not any(o.kind == "inst" and o.name in self._addresses for o in ins.args):
+            return
+        raise UnsupportedError(
+            f"the address of memory holding values that depend on the differentiated inputs "
+            f"(x.ctypes.data) is passed to {self.builder.indirect_callee(self.fn.name, ins) if not ins.callee else repr(ins.callee)} "
+            f"as an integer (`{ins.text}`){self._where(ins)}: enzpy cannot follow the "
+            f"derivative into what reads it; call it through an @njit function given a "
+            f"derivative with enzpy.defvjp")
 
     def _check_float_bits(self, ins):
         """An integer carries no derivative: a varying float's bits may be tested (a
@@ -127,26 +173,22 @@ class DerivativeGenerator:
         itself: ``frontend.plain_bit_views``), converted as a number, or kept where
         enzpy does not follow them (memory, a call, an aggregate): the derivative
         would be silently dropped."""
-        op = ins.opcode
-        if op == "bitcast" and is_float_type(ins.type):
-            what, operands = "read back as a float", ins.operands[:1]
-        elif op in ("sitofp", "uitofp"):
-            what, operands = "converted to a float as a number", ins.operands[:1]
-        elif op == "store":
-            what, operands = "stored to memory", ins.operands[:1]
-        elif op in ("call", "invoke") and not (ins.callee or "").startswith("llvm."):
-            what, operands = "passed to a call", ins.args
-        elif op in ("ret", "insertvalue"):
-            what, operands = "returned or put into an aggregate", ins.operands
-        else:
+        sink = _bits_sink(ins)
+        if sink is None:
             return
+        what, operands = sink
         carried = [self._varied_bits[o.name] for o in operands
                    if o.kind == "inst" and o.name in self._varied_bits]
-        if op == "bitcast" and not carried and operands[0].name in self._ints_from_varying_calls:
+        if ins.opcode == "call" and ins.callee and not self._is_derivative_call(ins) and \
+                any(self.act.is_varied(a) or self.act.is_shadowed(a) and self.act.memory_varies(a)
+                    for a in ins.args) and emits_float_bits(
+                    self.builder.module.functions, ins.callee, self.builder.bits_emitted):
             raise UnsupportedError(
-                f"an integer a call computed from values that depend on the differentiated "
-                f"inputs is read as a float's bits (`{ins.text}`){self._where(ins)}: an integer "
-                f"carries no derivative, so enzpy would drop it; return the float itself")
+                f"the bits of a value that depends on the differentiated inputs (a float "
+                f"viewed as an integer: np.float64(x).view(np.int64)) are made by "
+                f"'{demangle(ins.callee)}' and returned or stored by it (`{ins.text}`)"
+                f"{self._where(ins)}: an integer carries no derivative, so enzpy would drop "
+                f"it; return the float itself")
         if not carried:
             return
         advice = "compute the value from floats" if any(carried) else \
@@ -174,6 +216,7 @@ class DerivativeGenerator:
                         f"{self._const_advice(ins.operands[1])}")
                 self._check_shadow_kept(ins)
                 self._check_float_bits(ins)
+                self._check_address_handed_on(ins)
                 if ins.callee == VARSIZE_FREE and self.act.is_shadowed(ins.args[0]) and \
                         self._copied_type(ins) is not None:
                     raise UnsupportedError(

@@ -759,17 +759,19 @@ _VIEW_CHECK = {"_may_share": may_share_memory_nopython, "UnsupportedError": Unsu
 
 def _refuse_views_of_arguments(spec, out_type, arrays) -> str:
     """Glue source raising when an array of the rule's result ``out`` shares memory
-    with an array argument (a view of it): the result gets a shadow (tangent) of
-    its own, so what the caller writes through one would not reach the other's
-    derivative."""
-    lines = []
-    for path in _array_paths(out_type):
-        for i in arrays:
+    with an array argument (a view of it) or with another of its arrays: each
+    gets a shadow (tangent) of its own, so what the caller writes through one
+    would not reach the other's derivative."""
+    paths, lines = list(_array_paths(out_type)), []
+    advice = ("enzpy gives the result of a function with a rule a derivative of its own, so "
+              "writes through one would not reach the other: return a copy, or drop the rule")
+    for k, path in enumerate(paths):
+        shared = [(f"x{i}", f"argument {i}") for i in arrays] + \
+            [(f"out{other}", f"item {other}") for other in paths[k + 1:]]
+        for value, what in shared:
             message = (f"{spec.name}: the result{f' (item {path})' if path else ''} shares "
-                       f"memory with argument {i} (a view of it); enzpy gives the result of a "
-                       f"function with a rule a derivative of its own, so writes through one "
-                       f"would not reach the other: return a copy, or drop the rule")
-            lines += [f"    if _may_share(out{path}, x{i}):",
+                       f"memory with {what}; {advice}")
+            lines += [f"    if _may_share(out{path}, {value}):",
                       f"        raise UnsupportedError({message!r})"]
     return "".join(line + "\n" for line in lines)
 

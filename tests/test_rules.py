@@ -1745,6 +1745,50 @@ def write_into_the_copy(x):
     return np.sum(x * y)
 
 
+@njit
+def _twice(x):
+    y = x * 2.0
+    return y, y
+
+
+@njit
+def _twice_fwd(x):
+    y = x * 2.0
+    return (y, y), None
+
+
+@njit
+def _twice_bwd(res, g):
+    return (2.0 * (g[0] + g[1]),)
+
+
+@njit
+def _twice_jvp(primals, tangents):
+    y = primals[0] * 2.0
+    return (y, y), (tangents[0] * 2.0, tangents[0] * 2.0)
+
+
+@njit
+def write_through_one_item(x):
+    a, b = _twice(x)
+    a[0] = x[1] * 7.0           # b[0] too
+    return np.sum(b * b)
+
+
+def test_a_rule_whose_result_items_share_memory_is_refused_when_it_runs():
+    # (found by review: [-11.2, -3.2, 4, 7.2] for [0, -42.4, 4, 7.2])
+    enzpy.defvjp(_twice, _twice_fwd, _twice_bwd)
+    enzpy.defjvp(_twice, _twice_jvp)
+    try:
+        x = np.array([0.3, -0.4, 0.5, 0.9])
+        for mode, shadow in ((Reverse, np.zeros(4)), (Forward, np.ones(4))):
+            with pytest.raises(UnsupportedError, match=r"result \(item \[0\]\) shares memory "
+                                                        r"with item \[1\]"):
+                autodiff(mode, write_through_one_item, Duplicated(x.copy(), shadow))
+    finally:
+        enzpy.clear_rules(_twice)
+
+
 def test_a_rule_whose_result_is_a_view_of_an_argument_is_refused_when_it_runs():
     # (found by review: the result got a derivative of its own, [-2.4, -0.8, 1] for
     # [0, -8, 1]; in forward mode -0.8 for -8)
