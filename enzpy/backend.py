@@ -12,6 +12,7 @@ with their type and message.
 from __future__ import annotations
 
 import itertools
+import re
 
 from llvmlite import binding as llvm
 from llvmlite import ir as llir
@@ -26,6 +27,7 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import _empty_nd_impl
 
 from .ir import parse
+from .irtext import definitions
 
 _ids = itertools.count()
 
@@ -65,6 +67,29 @@ def optimize(module, codegen):
         # operations): without it a derivative does every one the primal skips.
         pm.add_refprune_pass(_parse_refprune_flags())
     pm.run(module, pb)
+
+
+# Instructions in one block past which a function gets LLVM's fast code generation
+# (``optnone``). Register allocation grows about quadratically with the values live
+# at once: the reverse of a tangent of long straight-line code keeps thousands in one
+# block (an hvp through 80 scalars spent 20 s there, 3 s with this; the derivative
+# ran as fast). Loops, whose bodies are short blocks, keep the full code generation.
+FAST_CODEGEN_INSTRUCTIONS = 3000
+_LABEL = re.compile(r"^[^\s;].*:", re.M)
+
+
+def fast_codegen_for_huge_blocks(module) -> list:
+    """Mark ``optnone`` (and ``noinline``, which it requires) the functions of the
+    optimized ``module`` with a block longer than ``FAST_CODEGEN_INSTRUCTIONS``;
+    returns their names."""
+    huge = [name for name, body in definitions(str(module)).items()
+            if body.startswith("define") and max(
+                block.count("\n  ") for block in _LABEL.split(body)) > FAST_CODEGEN_INSTRUCTIONS]
+    for name in huge:
+        fn = module.get_function(name)
+        for attribute in ("noinline", "optnone"):
+            fn.add_function_attribute(attribute)
+    return huge
 
 
 def compile_module(module, entry: str, codegen, keep_object=False):

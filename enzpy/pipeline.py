@@ -65,6 +65,8 @@ class BuildReport:
     cache: str = ""                   # the persistent cache: loaded, stored, not cached: why
     # Numba's part of numba_compile: typing, lowering, optimize_codegen (seconds)
     numba: dict = field(default_factory=dict)
+    # the derivative functions given LLVM's fast code generation (backend.FAST_CODEGEN_INSTRUCTIONS)
+    fast_codegen: list = field(default_factory=list)
 
     @property
     def total(self):
@@ -388,6 +390,7 @@ class Build:
         codegen = self.ctx.codegen()
         with self.stage("optimize"):
             backend.optimize(module, codegen)
+            self.report.fast_codegen = backend.fast_codegen_for_huge_blocks(module)
             if self.fingerprint is not None:
                 self.environments = diskcache.own_environments(module, self.fingerprint.key)
                 self.relocations, self.process_bound = diskcache.relocations(
