@@ -341,10 +341,7 @@ class ShadowMemory:
 
     def _set_type(self, ins):
         """What a memset writes over: as ``_copied_type``, or None when unknown."""
-        try:
-            return self._copied_type(ins)
-        except UnsupportedError:
-            return None
+        return self._copied_type(ins, refuse=False)
 
     def _initializes(self, ins) -> bool:
         """A memset of a fresh allocation, reached from the allocation along a
@@ -452,26 +449,22 @@ class ShadowMemory:
                 return ("inst", ins.name, ins)
         return (v.kind, v.name or v.ref, None)
 
-    def _copied_type(self, ins):
+    def _copied_type(self, ins, refuse=True):
         """What a memcpy/memmove moves (or a memset sets): ``'ptr'`` (shadow memory mirrors
         pointers with their shadows), a float type, or None for memory holding
         only integers. Decided from every load and store on the memory it
         copies from or to (following chains of copies), the allocas' types and
         the types of the arrays received as arguments or passed to calls there;
         memory holding both pointers and floats, or whose content is unknown,
-        is refused."""
+        is refused (without ``refuse``: None, and no message is made)."""
         roots = self._merged_roots({self._root(a)[:2] for a in ins.args[:2]
                                     if a.type == "ptr"})
         own = set(roots)            # this copy's own source and destination
-        copies = [other for b in self.fn.blocks for other in b.instructions
-                  if other.opcode == "call"
-                  and other.callee.startswith(("llvm.memcpy", "llvm.memmove", "llvm.memset"))]
-        bulk = {id(other) for other in copies}
+        accessed, calls, copies = self._memory_uses
         grown = True
         while grown:                # copies sharing memory with this one move the same type
             grown = False
-            for other in copies:
-                touched = {self._root(a)[:2] for a in other.args[:2] if a.type == "ptr"}
+            for touched in copies:
                 if touched & roots and not touched <= roots:
                     roots |= self._merged_roots(touched)
                     grown = True
@@ -479,28 +472,17 @@ class ShadowMemory:
         # array's data (its element type, unlike a load's, covers all of the
         # memory): the copy moves integers, whatever else is unknown
         found, unknown, resized, typed_ints = set(), False, False, False
-        for b in self.fn.blocks:
-            for other in b.instructions:
-                if other.opcode in ("load", "store"):
-                    ptr = other.operands[0] if other.opcode == "load" else other.operands[1]
-                    ty = other.type if other.opcode == "load" else other.operands[0].type
-                    if self._root(ptr)[:2] in roots:
-                        found.add(_scalar_kind(ty))
-                elif id(other) in bulk:
-                    continue
-                elif other.opcode == "call":
-                    for index, a in enumerate(other.args):
-                        if a.type != "ptr" or self._root(a)[:2] not in roots:
-                            continue
-                        element = self.builder.data_pointer_type(other.callee, index) \
-                            if other.callee else None
-                        if element is not None:
-                            found.add(element)
-                            typed_ints |= element == "int" and self._root(a)[:2] in own
-                        elif _VARSIZE_CALLS.match(other.callee or ""):
-                            resized = True
-                        elif not _OPAQUE_SAFE.match(other.callee or ""):
-                            unknown = True
+        for root in roots:
+            found |= accessed.get(root, set())
+            for callee, index in calls.get(root, ()):
+                element = self.builder.data_pointer_type(callee, index) if callee else None
+                if element is not None:
+                    found.add(element)
+                    typed_ints |= element == "int" and root in own
+                elif _VARSIZE_CALLS.match(callee or ""):
+                    resized = True
+                elif not _OPAQUE_SAFE.match(callee or ""):
+                    unknown = True
         unknown |= resized and not (found - {None})
         names = [a.name for a in self.fn.args]
         for kind, name in roots:
@@ -527,14 +509,41 @@ class ShadowMemory:
         if found == {"ptr"}:
             return "ptr"
         if len(found) == 1 and found <= {"double", "float"}:
-            self._refuse_off_stride_records(ins)
+            try:
+                self._refuse_off_stride_records(ins)
+            except UnsupportedError:
+                if refuse:
+                    raise
+                return None
             return found.pop()
-        if found:
+        if found and refuse:
             raise UnsupportedError(f"`{ins.text}` copies memory holding both pointers and "
                                    f"floats (or floats of two types){self._where(ins)}")
-        if unknown and not typed_ints:      # (the copy moves an integer array's bytes)
+        if unknown and not typed_ints and refuse:   # (an integer array's bytes are moved)
             raise UnsupportedError(f"cannot tell what `{ins.text}` copies{self._where(ins)}")
         return None
+
+    @cached_property
+    def _memory_uses(self) -> tuple:
+        """What ``_copied_type`` reads of the function, by root (as ``_root``): the
+        kinds of the loads and stores, the (callee, argument index) of the calls
+        other than bulk copies, and the roots each bulk copy touches (computed
+        once: a function copies memory often)."""
+        accessed, calls, copies = {}, {}, []
+        for b in self.fn.blocks:
+            for other in b.instructions:
+                if other.opcode in ("load", "store"):
+                    ptr = other.operands[0] if other.opcode == "load" else other.operands[1]
+                    ty = other.type if other.opcode == "load" else other.operands[0].type
+                    accessed.setdefault(self._root(ptr)[:2], set()).add(_scalar_kind(ty))
+                elif other.opcode == "call" and other.callee.startswith(
+                        ("llvm.memcpy", "llvm.memmove", "llvm.memset")):
+                    copies.append({self._root(a)[:2] for a in other.args[:2] if a.type == "ptr"})
+                elif other.opcode == "call":
+                    for index, a in enumerate(other.args):
+                        if a.type == "ptr":
+                            calls.setdefault(self._root(a)[:2], []).append((other.callee, index))
+        return accessed, calls, copies
 
     def _refuse_off_stride_records(self, ins):
         """A copy of floats moves their derivatives as an array of floats: refuse
