@@ -191,10 +191,14 @@ def unsup_cfunc_call(x):
     return _c_square(x) + x
 
 
-_libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-_c_cbrt = _libm.cbrt
-_c_cbrt.restype = ctypes.c_double
-_c_cbrt.argtypes = [ctypes.c_double]
+def _c_function(library, name, restype, argtypes):
+    """A C function of the system's ``library`` ("m", "c") through ctypes."""
+    fn = getattr(ctypes.CDLL(ctypes.util.find_library(library) or f"lib{library}.so.6"), name)
+    fn.restype, fn.argtypes = restype, argtypes
+    return fn
+
+
+_c_cbrt = _c_function("m", "cbrt", ctypes.c_double, [ctypes.c_double])
 
 
 @njit
@@ -418,10 +422,7 @@ def sign_test_of_bits_in_a_callee(x):
     return -x if _is_negative(x) else x * x
 
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-_c_labs = _libc.labs
-_c_labs.restype = ctypes.c_long
-_c_labs.argtypes = [ctypes.c_long]
+_c_labs = _c_function("c", "labs", ctypes.c_long, [ctypes.c_long])
 
 
 @njit
