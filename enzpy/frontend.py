@@ -1255,12 +1255,13 @@ def _prepared(text: str, lowered, differentiated) -> tuple:
 
 
 # A float's bits viewed as an integer or back (``np.float64(x).view(np.int64)``).
-_BIT_VIEW = re.compile(r"^(\s*%\S+ = )bitcast (double|float|i64|i32) (\S+) to (double|float|i64|i32)$",
-                       re.M)
+# (metadata, such as a debug location, is kept)
+_BIT_VIEW = re.compile(r"^(\s*%\S+ = )bitcast (double|float|i64|i32) ([^\s,]+) to "
+                       r"(double|float|i64|i32)((?:, ![-\w.]+ !\d+)*)$", re.M)
 _VIEW_FUNCTION = "enzpy.view"
 # A view kept as a call by _opaque_bit_views, after cleanup.
 _VIEW_CALL = re.compile(r'^(\s*%\S+ = )(?:tail |notail )?call (\w+) @"?enzpy\.view\.[\w.]+"?'
-                        r'\((\w+)(?: noundef)? ([^)]+)\)(?: #\d+)?$', re.M)
+                        r'\((\w+)(?: noundef)? ([^)]+)\)(?: #\d+)?((?:, ![-\w.]+ !\d+)*)$', re.M)
 _VIEW_DECLARATION = re.compile(r'^declare \w+ @"?enzpy\.view\.[\w.]+"?\(.*\n', re.M)
 
 
@@ -1274,12 +1275,12 @@ def _opaque_bit_views(text: str) -> str:
     views = set()
 
     def call(m):
-        prefix, source, value, target = m.groups()
+        prefix, source, value, target, metadata = m.groups()
         if is_float_type(source) == is_float_type(target):
             return m.group(0)
         name = f"{_VIEW_FUNCTION}.{source}.{target}"
         views.add(f'declare {target} @"{name}"({source}) nounwind willreturn memory(none)')
-        return f'{prefix}call {target} @"{name}"({source} {value})'
+        return f'{prefix}call {target} @"{name}"({source} {value}){metadata}'
 
     text = _BIT_VIEW.sub(call, text)
     return text + "\n" + "\n".join(sorted(views)) + "\n" if views else text
@@ -1299,16 +1300,19 @@ def plain_bit_views(text: str) -> str:
         m = _VIEW_CALL.match(line)
         if m is None:
             continue
-        prefix, target, source, value = m.groups()
+        prefix, target, source, value, metadata = m.groups()
         name = prefix.strip().rstrip(" =")
         if is_float_type(source):
             views[name] = (source, value)
-            lines[k] = f"{prefix}bitcast {source} {value} to {target}"
-        elif views.get(value, (None,))[0] == target:
-            lines[k] = f"{prefix}freeze {target} {views[value][1]}"
+        if not is_float_type(source) and views.get(value, (None,))[0] == target:
+            lines[k] = f"{prefix}freeze {target} {views[value][1]}{metadata}"
         else:
-            lines[k] = f"{prefix}bitcast {source} {value} to {target}"
-    return _VIEW_DECLARATION.sub("", "\n".join(lines))
+            lines[k] = f"{prefix}bitcast {source} {value} to {target}{metadata}"
+    text = _VIEW_DECLARATION.sub("", "\n".join(lines))
+    if f"@{_VIEW_FUNCTION}." in text or f'@"{_VIEW_FUNCTION}.' in text:
+        raise InternalError(f"a view of a float's bits was not turned back into a bitcast: "
+                            f"{text[text.index(_VIEW_FUNCTION) - 80:][:200]!r}")
+    return text
 
 
 def _name_and_lines(symbol, lowered) -> tuple:

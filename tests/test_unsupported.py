@@ -449,6 +449,17 @@ def test_a_sign_test_of_bits_in_a_callee_keeps_the_derivative(x):
         expected
 
 
+bits_viewed_straight_back_with_debug_info = njit(debug=True)(bits_viewed_straight_back.py_func)
+
+
+def test_a_float_viewed_as_bits_in_code_with_debug_info():
+    # (the views carry debug locations there: they were left as calls enzpy refused)
+    x = np.array([1.1, -0.4, 0.8])
+    dx = np.zeros(3)
+    autodiff(Reverse, bits_viewed_straight_back_with_debug_info, Duplicated(x.copy(), dx))
+    np.testing.assert_allclose(dx, 2.0 * x - (x < 0), rtol=1e-12)
+
+
 def test_a_float_viewed_as_bits_and_straight_back_keeps_its_derivative():
     x = np.array([1.1, -0.4, 0.8])
     expected = 2.0 * x - (x < 0)
