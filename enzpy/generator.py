@@ -257,9 +257,11 @@ class DerivativeGenerator:
                         and any(self.act.is_shadowed(a) and (
                             ins.callee or self.act.memory_varies(a)) for a in ins.args):
                     self._refuse_nested_autodiff()
+                    callee = repr(ins.callee) if ins.callee else \
+                        self.builder.indirect_callee(self.fn.name, ins)
                     raise UnsupportedError(
-                        f"call to '{ins.callee or 'an indirect function'}' with "
-                        f"differentiable memory{self._where(ins)}{explain(ins.callee)}")
+                        f"call to {callee} with differentiable memory"
+                        f"{self._where(ins)}{explain(ins.callee)}")
 
     def _check_shadow_kept(self, ins):
         """A pointer to differentiable memory must not reach memory enzpy keeps

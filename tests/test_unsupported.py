@@ -423,6 +423,14 @@ def sign_test_of_bits_in_a_callee(x):
 
 
 _c_labs = _c_function("c", "labs", ctypes.c_long, [ctypes.c_long])
+_c_memchr = _c_function("c", "memchr", ctypes.c_void_p,
+                        [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t])
+
+
+@njit
+def unsup_array_to_a_c_function(x):
+    _c_memchr(x.ctypes, 0, 8)
+    return x[0] * 2.0
 
 
 @njit
@@ -619,6 +627,11 @@ CORPUS = [
      ["the address of memory holding values that depend on the differentiated inputs",
       "passed to the C function '_c_labs' (ctypes or cffi) as an integer",
       f"near line {_line_of(unsup_address_to_a_c_function, '_c_labs(')})"]),
+    # (the message said "call to 'an indirect function'")
+    ("array_to_a_c_function", unsup_array_to_a_c_function,
+     lambda: [_dup(np.array([0.3, -0.4]))], UnsupportedError, "unsup_array_to_a_c_function",
+     ["call to the C function '_c_memchr' (ctypes or cffi) with differentiable memory",
+      f"near line {_line_of(unsup_array_to_a_c_function, '_c_memchr(')})"]),
     ("float_bits_in_a_dict", unsup_bits_kept_in_a_dict, lambda: [Active(1.5)],
      UnsupportedError, "unsup_bits_kept_in_a_dict", ["the bits of a value", "passed to a call"]),
     ("generator_consumer", unsup_generator_consumer, lambda: [Active(1.5)], UnsupportedError,
