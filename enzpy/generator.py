@@ -152,19 +152,19 @@ class DerivativeGenerator:
                                   self.act.memory_varies(ins.operands[0]))
 
     def _check_address_handed_on(self, ins):
-        """Code enzpy cannot see into given an address as an integer (a C function
-        called with ``x.ctypes.data``) may read memory enzpy cannot follow it into.
-        (Numba code given it is read: turned back into a pointer, it is refused.)"""
-        if ins.opcode not in ("call", "invoke") or \
-                ins.callee in self.builder.module.functions or \
-                (ins.callee or "").startswith("llvm.") or \
+        """A function given an address as an integer (a C function called with
+        ``x.ctypes.data``, or an @njit function handing it on to one) may read
+        memory enzpy cannot follow it into."""
+        if ins.opcode not in ("call", "invoke") or (ins.callee or "").startswith("llvm.") or \
                 not any(o.kind == "inst" and o.name in self._addresses for o in ins.args):
             return
+        callee = repr(demangle(ins.callee)) if ins.callee else \
+            self.builder.indirect_callee(self.fn.name, ins)
         raise UnsupportedError(
             f"the address of memory holding values that depend on the differentiated inputs "
-            f"(x.ctypes.data) is passed to {self.builder.indirect_callee(self.fn.name, ins) if not ins.callee else repr(ins.callee)} "
-            f"as an integer (`{ins.text}`){self._where(ins)}: enzpy cannot follow the "
-            f"derivative into what reads it; call it through an @njit function given a "
+            f"(x.ctypes.data) is passed to {callee} as an integer (`{ins.text}`)"
+            f"{self._where(ins)}: enzpy cannot follow the derivative into what reads it; "
+            f"pass the array itself, or call C code through an @njit function given a "
             f"derivative with enzpy.defvjp")
 
     def _check_float_bits(self, ins):

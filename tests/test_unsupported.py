@@ -427,6 +427,22 @@ _c_memchr = _c_function("c", "memchr", ctypes.c_void_p,
                         [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t])
 
 
+_c_memcpy = _c_function("c", "memcpy", ctypes.c_size_t, [ctypes.c_size_t] * 3)
+
+
+@njit
+def _copy_at(destination, source, n):
+    _c_memcpy(destination, source, n)
+
+
+@njit
+def unsup_address_through_a_helper_to_a_c_function(x):
+    # (found by review: [0, 0, 0] for 2x, the helper taking integers)
+    y = np.empty_like(x)
+    _copy_at(y.ctypes.data, x.ctypes.data, x.size * 8)
+    return np.sum(y ** 2)
+
+
 @njit
 def unsup_array_to_a_c_function(x):
     _c_memchr(x.ctypes, 0, 8)
@@ -627,6 +643,10 @@ CORPUS = [
      ["the address of memory holding values that depend on the differentiated inputs",
       "passed to the C function '_c_labs' (ctypes or cffi) as an integer",
       f"near line {_line_of(unsup_address_to_a_c_function, '_c_labs(')})"]),
+    ("address_through_a_helper_to_a_c_function", unsup_address_through_a_helper_to_a_c_function,
+     lambda: [_dup(np.array([1.6, -0.8, 1.0]))], UnsupportedError,
+     "unsup_address_through_a_helper_to_a_c_function",
+     ["(x.ctypes.data) is passed to 'test_unsupported._copy_at' as an integer"]),
     # (the message said "call to 'an indirect function'")
     ("array_to_a_c_function", unsup_array_to_a_c_function,
      lambda: [_dup(np.array([0.3, -0.4]))], UnsupportedError, "unsup_array_to_a_c_function",
