@@ -50,10 +50,11 @@ def bit_views(fn, varies) -> dict:
         ins.operands[0].type) and varies(ins.operands[0]))
 
 
-def integers_made_from(fn, is_source) -> dict:
+def integers_made_from(fn, is_source, ends=frozenset()) -> dict:
     """Integer value name -> whether integer arithmetic made it (else it is the
     source or moved only: picked by a phi or select), for the integers of ``fn``
-    that the instructions ``is_source(ins)`` accepts make, and those made of them."""
+    that the instructions ``is_source(ins)`` accepts make, and those made of them
+    (not by the opcodes in ``ends``)."""
     bits, changed = {}, True
     while changed:
         changed = False
@@ -62,7 +63,7 @@ def integers_made_from(fn, is_source) -> dict:
                 op = ins.opcode
                 if is_source(ins):
                     computed = False
-                elif op == "trunc" and ins.type in ("i1", "i8"):
+                elif op in ends or op == "trunc" and ins.type in ("i1", "i8"):
                     continue        # (a boolean or a byte holds no float: a sign test)
                 elif op in _INTEGER_ARITHMETIC or (
                         op == "call" and (ins.callee or "").startswith("llvm.")
@@ -77,6 +78,11 @@ def integers_made_from(fn, is_source) -> dict:
                     bits[ins.name] = computed
                     changed = True
     return bits
+
+
+# Arithmetic making a size, an offset or a count of addresses (a difference of two):
+# not an address any more.
+_NOT_AN_ADDRESS = frozenset(("sub", "udiv", "sdiv", "urem", "srem", "lshr", "ashr"))
 
 
 def _bits_sink(ins):
@@ -149,13 +155,14 @@ class DerivativeGenerator:
         with the inputs (``x.ctypes.data``)."""
         return integers_made_from(self.fn, lambda ins: ins.opcode == "ptrtoint" and
                                   self.act.is_shadowed(ins.operands[0]) and
-                                  self.act.memory_varies(ins.operands[0]))
+                                  self.act.memory_varies(ins.operands[0]), _NOT_AN_ADDRESS)
 
     def _check_address_handed_on(self, ins):
         """A function given an address as an integer (a C function called with
         ``x.ctypes.data``, or an @njit function handing it on to one) may read
         memory enzpy cannot follow it into."""
-        if ins.opcode not in ("call", "invoke") or (ins.callee or "").startswith("llvm.") or \
+        if ins.opcode not in ("call", "invoke") or \
+                (ins.callee or "").startswith(("llvm.", "enzpy.", "NRT_")) or \
                 not any(o.kind == "inst" and o.name in self._addresses for o in ins.args):
             return
         callee = repr(demangle(ins.callee)) if ins.callee else \
