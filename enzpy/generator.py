@@ -63,8 +63,8 @@ def integers_made_from(fn, is_source, ends=frozenset()) -> dict:
                 op = ins.opcode
                 if is_source(ins):
                     computed = False
-                elif op in ends or op == "trunc" and ins.type in ("i1", "i8"):
-                    continue        # (a boolean or a byte holds no float: a sign test)
+                elif op in ends or op == "trunc" and _one_bit(fn, ins):
+                    continue        # (a boolean holds no float: a sign test)
                 elif op in _INTEGER_ARITHMETIC or (
                         op == "call" and (ins.callee or "").startswith("llvm.")
                         and ins.type.startswith("i")):
@@ -78,6 +78,22 @@ def integers_made_from(fn, is_source, ends=frozenset()) -> dict:
                     bits[ins.name] = computed
                     changed = True
     return bits
+
+
+def _one_bit(fn, trunc) -> bool:
+    """Whether the integer ``trunc`` keeps one bit at most: a boolean, or a sign bit
+    or lowest bit (``x >> 63``, ``x & 1``: what a sign test of a float's bits
+    becomes) made narrower. A byte of a float's bits, stored and put back
+    together, would still be the float."""
+    if trunc.type == "i1":
+        return True
+    source = trunc.operands[0]
+    ins = fn.defs.get(source.name) if source.kind == "inst" else None
+    if ins is None or ins.opcode not in ("lshr", "and") or ins.operands[1].kind != "const" \
+            or not re.fullmatch(r"i\d+", source.type) or not ins.operands[1].ref.isdigit():
+        return False
+    amount = int(ins.operands[1].ref)
+    return amount == 1 if ins.opcode == "and" else amount == int(source.type[1:]) - 1
 
 
 # Arithmetic making a size, an offset or a count of addresses (a difference of two):

@@ -456,6 +456,19 @@ def unsup_address_to_a_c_function(x):
 
 
 @njit
+def unsup_bits_kept_as_bytes(x):
+    # (a byte of the bits was taken for a boolean: 0 for 2.6, found rereading the change)
+    i = np.float64(x).view(np.uint64)
+    buf = np.empty(8, np.uint8)
+    for k in range(8):
+        buf[k] = np.uint8((i >> np.uint64(8 * k)) & np.uint64(0xff))
+    j = np.uint64(0)
+    for k in range(8):
+        j |= np.uint64(buf[k]) << np.uint64(8 * k)
+    return np.uint64(j).view(np.float64) ** 2
+
+
+@njit
 def bits_viewed_straight_back(x):
     s = 0.0
     for k in range(x.size):
@@ -652,6 +665,9 @@ CORPUS = [
      lambda: [_dup(np.array([0.3, -0.4]))], UnsupportedError, "unsup_array_to_a_c_function",
      ["call to the C function '_c_memchr' (ctypes or cffi) with differentiable memory",
       f"near line {_line_of(unsup_array_to_a_c_function, '_c_memchr(')})"]),
+    ("float_bits_kept_as_bytes", unsup_bits_kept_as_bytes, lambda: [Active(1.3)],
+     UnsupportedError, "unsup_bits_kept_as_bytes",
+     ["the bits of a value", "computed on by integer arithmetic and stored to memory"]),
     ("float_bits_in_a_dict", unsup_bits_kept_in_a_dict, lambda: [Active(1.5)],
      UnsupportedError, "unsup_bits_kept_in_a_dict", ["the bits of a value", "passed to a call"]),
     ("generator_consumer", unsup_generator_consumer, lambda: [Active(1.5)], UnsupportedError,
