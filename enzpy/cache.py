@@ -328,8 +328,7 @@ class ModuleBuilder:
     def _line(self, symbol, low, block, ins, written):
         """The source line of ``ins``: that of the one call or write it comes from
         where the function has one, else the first line of its Numba block."""
-        if symbol not in self._lines:
-            self._lines[symbol] = low.source_lines()
+        self._source_lines(symbol, low)
         if block == "entry":        # (Numba's entry block falls through to B0)
             block = "B0"
         if ins.opcode == "call" and ins.callee:
@@ -365,8 +364,14 @@ class ModuleBuilder:
         """``low.indirect_calls`` of Numba block ``block``, or of the whole function
         when that block has none (a call Numba lowered in a block of its own)."""
         return low.indirect_calls(block) or [
-            call for label in self._lines.setdefault(symbol, low.source_lines())
+            call for label in self._source_lines(symbol, low)
             for call in low.indirect_calls(label)]
+
+    def _source_lines(self, symbol, low) -> dict:
+        """``low.source_lines()``, once per function."""
+        if symbol not in self._lines:
+            self._lines[symbol] = low.source_lines()
+        return self._lines[symbol]
 
     def at_user_call(self, symbol, exc: UnsupportedError) -> UnsupportedError:
         """``exc``, raised in the derivative of ``symbol``, prefixed with the NumPy call

@@ -826,13 +826,8 @@ class Lowered:
 
     def function_calls(self, block_label: str) -> list:
         """(line, name) of the calls of ``@njit`` functions in Numba block ``B<n>``."""
-        block = self._typed_block(block_label)
-        typemap = self.cres.type_annotation.typemap if block is not None else {}
         return [(stmt.loc.line, kind.dispatcher.py_func.__name__)
-                for stmt in (block.body if block is not None else ())
-                if isinstance(stmt, numba_ir.Assign) and isinstance(stmt.value, numba_ir.Expr)
-                and stmt.value.op == "call"
-                for kind in [typemap.get(stmt.value.func.name)]
+                for _, stmt, kind in self._typed_calls(block_label)
                 if isinstance(kind, types.Dispatcher)]
 
     def array_expression_line(self, kernel: str):
@@ -850,21 +845,26 @@ class Lowered:
         """(line, what) of the calls in Numba block ``B<n>`` that go through a
         function's address (a ctypes or cffi function, a cfunc, a first-class
         function), ``what`` naming the callee as the user wrote it."""
-        block = self._typed_block(block_label)
-        typemap = self.cres.type_annotation.typemap if block is not None else {}
         found = []
-        for stmt in block.body if block is not None else ():
-            expr = stmt.value if isinstance(stmt, numba_ir.Assign) else None
-            if not (isinstance(expr, numba_ir.Expr) and expr.op == "call"):
-                continue
-            kind = typemap.get(expr.func.name)
-            name = _written_name(block, expr.func)
+        for block, stmt, kind in self._typed_calls(block_label):
+            name = _written_name(block, stmt.value.func)
             if isinstance(kind, types.ExternalFunctionPointer):
                 found.append((stmt.loc.line, f"the C function '{name}' (ctypes or cffi)"))
             elif isinstance(kind, types.FunctionType):
                 found.append((stmt.loc.line, f"'{name}', called through its address "
                                              f"(a cfunc or a first-class function)"))
         return found
+
+    def _typed_calls(self, block_label: str):
+        """(block, statement, type of the callee) of the calls in Numba block ``B<n>``."""
+        block = self._typed_block(block_label)
+        if block is None:
+            return
+        typemap = self.cres.type_annotation.typemap
+        for stmt in block.body:
+            if isinstance(stmt, numba_ir.Assign) and isinstance(stmt.value, numba_ir.Expr) \
+                    and stmt.value.op == "call":
+                yield block, stmt, typemap.get(stmt.value.func.name)
 
     def _typed_block(self, block_label: str):
         """Numba's typed IR block ``B<n>`` names, or None (none kept: a function

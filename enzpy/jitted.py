@@ -19,9 +19,9 @@ from numba.extending import (lower_builtin, make_attribute_wrapper, models,
                              overload, register_model, type_callable, typeof_impl)
 
 from . import pipeline
-from .arguments import may_share_memory_nopython
 from .api import Active, Const, Duplicated, Mode, autodiff
-from .arguments import (aliasing_message, positional_parameters, star_parameter,
+from .arguments import (aliasing_message, may_share_memory_nopython, positional_parameters,
+                        star_parameter,
                         strides_fit, unlike_shadows_message)
 from .cache import STATS
 from .errors import UnsupportedError
@@ -310,8 +310,8 @@ def _implementation(entry, mode, signature, annotated, defaults):
         tangent = "out[0]" if entry.returns_tangent else "None"
         lines.append(f"    return ({tangent}, out[-2])" if mode.with_primal
                      else f"    return ({tangent},)")
-    namespace = {"__name__": __name__, "call": entry.call, "may_share_memory": may_share_memory_nopython,
-                 "overlaps_itself": _overlaps_itself, "shadows_mix": _shadows_mix,
+    namespace = {"__name__": __name__, "call": entry.call,
+                 "may_share_memory": may_share_memory_nopython, "overlaps_itself": _overlaps_itself, "shadows_mix": _shadows_mix,
                  "strides_fit": _strides_fit,
                  **{f"default{k}": d for k, d in enumerate(defaults)}}
     exec("\n".join(lines), namespace)
