@@ -50,11 +50,11 @@ def bit_views(fn, varies) -> dict:
         ins.operands[0].type) and varies(ins.operands[0]))
 
 
-def integers_made_from(fn, is_source, ends=frozenset()) -> dict:
+def integers_made_from(fn, is_source, ends=lambda ins, found: False) -> dict:
     """Integer value name -> whether integer arithmetic made it (else it is the
     source or moved only: picked by a phi or select), for the integers of ``fn``
     that the instructions ``is_source(ins)`` accepts make, and those made of them
-    (not by the opcodes in ``ends``)."""
+    (but by the instructions ``ends(ins, found so far)`` accepts)."""
     bits, changed = {}, True
     while changed:
         changed = False
@@ -63,7 +63,7 @@ def integers_made_from(fn, is_source, ends=frozenset()) -> dict:
                 op = ins.opcode
                 if is_source(ins):
                     computed = False
-                elif op in ends or op == "trunc" and _one_bit(fn, ins):
+                elif ends(ins, bits) or op == "trunc" and _one_bit(fn, ins):
                     continue        # (a boolean holds no float: a sign test)
                 elif op in _INTEGER_ARITHMETIC or (
                         op == "call" and (ins.callee or "").startswith("llvm.")
@@ -96,9 +96,12 @@ def _one_bit(fn, trunc) -> bool:
     return amount == 1 if ins.opcode == "and" else amount == int(source.type[1:]) - 1
 
 
-# Arithmetic making a size, an offset or a count of addresses (a difference of two):
-# not an address any more.
-_NOT_AN_ADDRESS = frozenset(("sub", "udiv", "sdiv", "urem", "srem", "lshr", "ashr"))
+def _not_an_address(ins, addresses) -> bool:
+    """Whether ``ins`` makes a size or a count of addresses: the difference of two
+    (an address minus an offset is an address still), a quotient, a remainder."""
+    if ins.opcode == "sub":
+        return all(o.kind == "inst" and o.name in addresses for o in ins.operands)
+    return ins.opcode in ("udiv", "sdiv", "urem", "srem", "lshr", "ashr")
 
 
 def _bits_sink(ins):
@@ -171,7 +174,7 @@ class DerivativeGenerator:
         with the inputs (``x.ctypes.data``)."""
         return integers_made_from(self.fn, lambda ins: ins.opcode == "ptrtoint" and
                                   self.act.is_shadowed(ins.operands[0]) and
-                                  self.act.memory_varies(ins.operands[0]), _NOT_AN_ADDRESS)
+                                  self.act.memory_varies(ins.operands[0]), _not_an_address)
 
     def _check_address_handed_on(self, ins):
         """A function given an address as an integer (a C function called with

@@ -456,6 +456,12 @@ def unsup_address_to_a_c_function(x):
 
 
 @njit
+def unsup_address_less_an_offset_to_a_c_function(x, offset):
+    # (a difference was taken for a size whatever it subtracted: found rereading)
+    return _c_labs(x.ctypes.data - offset) * 0.0 + x[0]
+
+
+@njit
 def unsup_bits_kept_as_bytes(x):
     # (a byte of the bits was taken for a boolean: 0 for 2.6, found rereading the change)
     i = np.float64(x).view(np.uint64)
@@ -656,6 +662,10 @@ CORPUS = [
      ["the address of memory holding values that depend on the differentiated inputs",
       "passed to the C function '_c_labs' (ctypes or cffi) as an integer",
       f"near line {_line_of(unsup_address_to_a_c_function, '_c_labs(')})"]),
+    ("address_less_an_offset_to_a_c_function", unsup_address_less_an_offset_to_a_c_function,
+     lambda: [_dup(np.array([0.3, -0.4])), Const(8)], UnsupportedError,
+     "unsup_address_less_an_offset_to_a_c_function",
+     ["passed to the C function '_c_labs' (ctypes or cffi) as an integer"]),
     ("address_through_a_helper_to_a_c_function", unsup_address_through_a_helper_to_a_c_function,
      lambda: [_dup(np.array([1.6, -0.8, 1.0]))], UnsupportedError,
      "unsup_address_through_a_helper_to_a_c_function",
