@@ -26,6 +26,8 @@ from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 from numba.np.arrayobj import _empty_nd_impl
 
+from .blas import OVERLAP_MESSAGE, PRODUCT_OVERLAPS
+from .errors import UnsupportedError
 from .ir import parse
 from .irtext import definitions
 
@@ -123,6 +125,15 @@ def define_environment(codegen, name: str, env):
     _environments.append(env)
 
 
+def _product_overlaps(module):
+    """The process's count of products written over an operand (``blas``), in ``module``."""
+    counter = module.globals.get(PRODUCT_OVERLAPS)
+    if counter is None:
+        counter = llir.GlobalVariable(module, llir.IntType(64), PRODUCT_OVERLAPS)
+        counter.linkage = "external"
+    return counter
+
+
 def numba_entry(target, argtypes, adjoint_types, restype, tangent=False, name="entry"):
     """An ``@njit`` function ``name(*args) -> (adjoints..., primal, peak tape
     bytes)`` calling the derivative's entry point ``target``: its address, or
@@ -165,8 +176,12 @@ def numba_entry(target, argtypes, adjoint_types, restype, tangent=False, name="e
             # (a tangent the derivative does not write stays zero: see _zeros_for_null)
             builder.store(llir.Constant(out_ty, None), out)
             excinfo = cgutils.alloca_once(builder, llir.PointerType(excinfo_t))
+            overlaps = _product_overlaps(builder.module)
+            overlaps_before = builder.load_atomic(overlaps, "monotonic", 8)
             code = builder.call(fn, [out, excinfo] + flat)
             status = context.call_conv._get_return_status(builder, code, builder.load(excinfo))
+            overlapped = builder.icmp_unsigned(
+                "!=", overlaps_before, builder.load_atomic(overlaps, "monotonic", 8))
 
             def release_arguments():
                 # Numba took a reference to each argument when the wrapper's body
@@ -179,6 +194,11 @@ def numba_entry(target, argtypes, adjoint_types, restype, tangent=False, name="e
             with cgutils.if_unlikely(builder, status.is_error):
                 release_arguments()
                 context.call_conv.return_status_propagate(builder, status)
+            # (the entry point skipped the reverse sweep; a call on another thread
+            # that overlapped at the same time is refused here too)
+            with cgutils.if_unlikely(builder, overlapped):
+                release_arguments()
+                context.call_conv.return_user_exc(builder, UnsupportedError, (OVERLAP_MESSAGE,))
             if optional:
                 with cgutils.if_unlikely(builder, status.is_none):
                     release_arguments()

@@ -14,8 +14,20 @@ row-major arrays as their transposes, which the rules follow without knowing it.
 
 The element type is fixed per call site (Numba passes it as a constant
 ``kind``: 'd' or 's'); the transposition flags are branched on at run time.
+
+A product whose result block shares memory with an operand (``np.dot(b, a, a)``,
+or the same array reached through a list) reads the operand while BLAS
+overwrites it: Numba's result is undefined, and so would the derivative be. The
+call site refuses it where it passes one pointer twice (``check_result_apart``);
+otherwise the derivative's products count it at run time (``PRODUCT_OVERLAPS``)
+and the entry point raises ``UnsupportedError`` (``backend.numba_entry``) before
+the reverse sweep writes any shadow.
 """
 from __future__ import annotations
+
+import ctypes
+
+from llvmlite import binding as llvm
 
 from .errors import UnsupportedError
 from .analysis import pointer_roots
@@ -34,6 +46,21 @@ GEMV_PARAMS = [("i8", "kind"), ("i8", "trans"), ("i64", "m"), ("i64", "n"), ("pt
 DOT_PARAMS = [("i8", "kind"), ("i8", "conj"), ("i64", "n"), ("ptr", "a"), ("ptr", "b"),
               ("ptr", "out")]
 PARAMS = {"numba_xxgemm": GEMM_PARAMS, "numba_xxgemv": GEMV_PARAMS, "numba_xxdot": DOT_PARAMS}
+PRODUCT_OVERLAPS = "enzpy_product_overlaps"
+_product_overlaps = ctypes.c_int64(0)
+llvm.add_symbol(PRODUCT_OVERLAPS, ctypes.addressof(_product_overlaps))
+OVERLAP_MESSAGE = ("a matrix product (np.dot(a, b, out), @) wrote its result into memory it "
+                   "reads as an operand (out shares memory with a or b, e.g. the same array "
+                   "reached through a list): BLAS reads the operand while overwriting it, so "
+                   "Numba's result and its derivative are undefined; pass an out array of "
+                   "its own")
+
+
+def product_overlaps() -> int:
+    """How many products so far wrote their result over an operand (any thread)."""
+    return _product_overlaps.value
+
+
 # (indices of the operands read, index of the operand written)
 OPERANDS = {"numba_xxgemm": ((7, 9), 12), "numba_xxgemv": ((5, 7), 9), "numba_xxdot": ((3, 4), 5)}
 
@@ -83,17 +110,25 @@ def result_written_over(functions, name, memo) -> frozenset:
     return memo[name]
 
 
-def check_result_apart(ins, pairs, roots, where):
-    """Refuse a call passing the same memory as an operand of a BLAS product and
-    as its result (``pairs``: ``result_written_over`` of the callee): BLAS would
-    read the operand while overwriting it (NumPy copies it first), and the
-    derivative would read the overwritten operand and add into the shadow it
-    then scales by beta. ``roots(value)``: where a pointer comes from."""
-    if any(roots(ins.args[k]) & roots(ins.args[w]) for k, w in pairs):
+def check_result_apart(fn, ins, pairs, where):
+    """Refuse a call of ``fn`` passing one pointer as an operand of a BLAS product
+    and as its result (``pairs``: ``result_written_over`` of the callee): BLAS
+    would read the operand while overwriting it (NumPy copies it first). Memory
+    shared any other way (the same array through a list, rows of one buffer that
+    may meet) is checked when the product runs (``PRODUCT_OVERLAPS``)."""
+    if any(_uncast(fn, ins.args[k]) == _uncast(fn, ins.args[w]) for k, w in pairs):
         raise UnsupportedError(f"a product writes its result into the memory of one of its "
                                f"operands (np.dot(a, b, out) with out sharing memory with a or "
                                f"b){where}: BLAS would read the operand while overwriting it; "
                                f"pass an out array of its own")
+
+
+def _uncast(fn, value) -> str:
+    """The pointer ``value`` is, through casts."""
+    while value.kind == "inst" and fn.defs[value.name].opcode in ("bitcast", "addrspacecast",
+                                                                  "freeze"):
+        value = fn.defs[value.name].operands[0]
+    return value.ref
 
 
 def unshadowed_result(ins, shadowed):
@@ -157,8 +192,8 @@ _GEMM_CALL = ("call i32 @numba_xxgemm(i8 %kind, i8 {ta}, i8 {tb}, i64 {m}, i64 {
               "ptr {alpha}, ptr {a}, i64 {lda}, ptr {b}, i64 {ldb}, ptr {beta}, ptr {c}, "
               "i64 {ldc})")
 
-# Extents (rows, columns) of the stored A and B, and their bytes.
-_GEMM_SIZES = """  %a_n = icmp eq i8 %transa, 110
+# Extents (rows, columns) of the stored A, B and C, and their bytes.
+_GEMM_EXTENTS = """  %a_n = icmp eq i8 %transa, 110
   %b_n = icmp eq i8 %transb, 110
   %a_rows = select i1 %a_n, i64 %m, i64 %k
   %a_cols = select i1 %a_n, i64 %k, i64 %m
@@ -166,11 +201,16 @@ _GEMM_SIZES = """  %a_n = icmp eq i8 %transa, 110
   %b_cols = select i1 %b_n, i64 %n, i64 %k
   %a_count = call i64 @enzpy.block.count(i64 %a_rows, i64 %a_cols, i64 %lda)
   %b_count = call i64 @enzpy.block.count(i64 %b_rows, i64 %b_cols, i64 %ldb)
+  %c_count = call i64 @enzpy.block.count(i64 %m, i64 %n, i64 %ldc)
   %is_float = icmp eq i8 %kind, 115
   %size = select i1 %is_float, i64 4, i64 8
   %a_bytes = mul i64 %a_count, %size
   %b_bytes = mul i64 %b_count, %size
-{taped}  %ab_bytes = add i64 %a_taped, %b_taped
+  %c_bytes = mul i64 %c_count, %size
+"""
+_GEMM_APART = ("  call void @enzpy.product.apart(ptr %c, i64 %c_bytes, ptr %a, i64 %a_bytes, "
+               "ptr %b, i64 %b_bytes)\n")
+_GEMM_SIZES = _GEMM_EXTENTS + """{taped}  %ab_bytes = add i64 %a_taped, %b_taped
   %scalars = add i64 %ab_bytes, 16
   %padded = add i64 %scalars, 7
   %total = and i64 %padded, -8
@@ -196,7 +236,7 @@ entry:
   call void @llvm.memcpy.p0.p0.i64(ptr %scalar_slot, ptr %alpha, i64 %size, i1 false)
   %beta_slot = getelementptr i8, ptr %scalar_slot, i64 8
   call void @llvm.memcpy.p0.p0.i64(ptr %beta_slot, ptr %beta, i64 %size, i1 false)
-  %status = {call}
+{_GEMM_APART}  %status = {call}
   ret i32 %status
 }}
 """
@@ -286,7 +326,7 @@ after.{lab}.{ty}:
     return f"""
 define internal i32 @"{deriv.name}"({", ".join(deriv.params)}) {{
 entry:
-  %status = {call}
+{_GEMM_EXTENTS}{_GEMM_APART}  %status = {call}
   %no_c = icmp eq ptr {t["c"]}, null
   br i1 %no_c, label %done, label %kinds
 kinds:
@@ -299,7 +339,7 @@ kinds:
 # -- gemv: y = alpha op(A) x + beta y, A m x n ------------------------------------------
 _GEMV_CALL = ("call i32 @numba_xxgemv(i8 %kind, i8 {trans}, i64 %m, i64 %n, ptr {alpha}, "
               "ptr {a}, i64 %lda, ptr {x}, ptr {beta}, ptr {y})")
-_GEMV_SIZES = """  %t_n = icmp eq i8 %trans, 110
+_GEMV_EXTENTS = """  %t_n = icmp eq i8 %trans, 110
   %x_len = select i1 %t_n, i64 %n, i64 %m
   %y_len = select i1 %t_n, i64 %m, i64 %n
   %a_count = call i64 @enzpy.block.count(i64 %m, i64 %n, i64 %lda)
@@ -307,7 +347,11 @@ _GEMV_SIZES = """  %t_n = icmp eq i8 %trans, 110
   %size = select i1 %is_float, i64 4, i64 8
   %a_bytes = mul i64 %a_count, %size
   %x_bytes = mul i64 %x_len, %size
-{taped}  %ax_bytes = add i64 %a_taped, %x_taped
+  %y_bytes = mul i64 %y_len, %size
+"""
+_GEMV_APART = ("  call void @enzpy.product.apart(ptr %y, i64 %y_bytes, ptr %a, i64 %a_bytes, "
+               "ptr %x, i64 %x_bytes)\n")
+_GEMV_SIZES = _GEMV_EXTENTS + """{taped}  %ax_bytes = add i64 %a_taped, %x_taped
   %scalars = add i64 %ax_bytes, 16
   %padded = add i64 %scalars, 7
   %total = and i64 %padded, -8
@@ -330,7 +374,7 @@ entry:
   call void @llvm.memcpy.p0.p0.i64(ptr %alpha_copy, ptr %alpha, i64 %size, i1 false)
   %beta_copy = getelementptr i8, ptr %alpha_copy, i64 8
   call void @llvm.memcpy.p0.p0.i64(ptr %beta_copy, ptr %beta, i64 %size, i1 false)
-  %status = {_GEMV_CALL.format(trans="%trans", alpha="%alpha", a="%a", x="%x", beta="%beta",
+{_GEMV_APART}  %status = {_GEMV_CALL.format(trans="%trans", alpha="%alpha", a="%a", x="%x", beta="%beta",
                                 y="%y")}
   ret i32 %status
 }}
@@ -397,10 +441,8 @@ after.{lab}.{ty}:
     return f"""
 define internal i32 @"{deriv.name}"({", ".join(deriv.params)}) {{
 entry:
-  %status = {_GEMV_CALL.format(trans="%trans", alpha="%alpha", a="%a", x="%x", beta="%beta",
-                                y="%y")}
-  %t_n = icmp eq i8 %trans, 110
-  %y_len = select i1 %t_n, i64 %m, i64 %n
+{_GEMV_EXTENTS}{_GEMV_APART}  %status = {_GEMV_CALL.format(trans="%trans", alpha="%alpha", a="%a", x="%x",
+                                                        beta="%beta", y="%y")}
   %no_y = icmp eq ptr {t["y"]}, null
   br i1 %no_y, label %done, label %kinds
 kinds:
@@ -533,7 +575,39 @@ entry:
 
 # The helpers both modes' BLAS rules call.
 BLAS_RUNTIME = (_block_scale("double") + _block_scale("float") + _block_rank1("double")
-                + _block_rank1("float") + """
+                + _block_rank1("float") + f"""
+@{PRODUCT_OVERLAPS} = external global i64
+
+; Count a product whose result bytes [c, c + c_bytes) meet an operand's.
+define internal void @enzpy.product.apart(ptr %c, i64 %c_bytes, ptr %a, i64 %a_bytes, ptr %b, i64 %b_bytes) {{
+entry:
+  %c0 = ptrtoint ptr %c to i64
+  %c1 = add i64 %c0, %c_bytes
+  %a0 = ptrtoint ptr %a to i64
+  %a1 = add i64 %a0, %a_bytes
+  %b0 = ptrtoint ptr %b to i64
+  %b1 = add i64 %b0, %b_bytes
+  %ca = icmp ult i64 %c0, %a1
+  %ac = icmp ult i64 %a0, %c1
+  %meets_a = and i1 %ca, %ac
+  %cb = icmp ult i64 %c0, %b1
+  %bc = icmp ult i64 %b0, %c1
+  %meets_b = and i1 %cb, %bc
+  %meets_ab = or i1 %meets_a, %meets_b
+  %c_some = icmp ne i64 %c_bytes, 0
+  %a_some = icmp ne i64 %a_bytes, 0
+  %b_some = icmp ne i64 %b_bytes, 0
+  %ab_some = and i1 %a_some, %b_some
+  %some = and i1 %c_some, %ab_some
+  %meets = and i1 %meets_ab, %some
+  br i1 %meets, label %count, label %done
+count:
+  %old = atomicrmw add ptr @{PRODUCT_OVERLAPS}, i64 1 monotonic
+  br label %done
+done:
+  ret void
+}}
+""" + """
 ; Elements spanned by a column-major block: (cols - 1) * ld + rows, 0 if empty.
 define internal i64 @enzpy.block.count(i64 %rows, i64 %cols, i64 %ld) {
 entry:

@@ -26,7 +26,7 @@ from .analysis import (RESIZERS, ReadOnlyMemory, pointer_roots, split_loop_exits
 from .custom import rule_for
 from .parallel import DISCARD, name_parallel_loops, report_failed_loops
 from .typeddict import name_dict_calls
-from .blas import BLAS_RUNTIME
+from .blas import BLAS_RUNTIME, PRODUCT_OVERLAPS
 from .forward import FORWARD_RUNTIME, ForwardDerivative, ForwardGenerator
 from .generator import USER_FUNCTION
 from .irtext import definitions
@@ -488,7 +488,8 @@ class ModuleBuilder:
         runtime = _FORWARD_RUNTIME if self.mode == "forward" else _REVERSE_RUNTIME
         # (a tangent module read back for second order already holds forward
         # mode's helpers: each is defined once)
-        helpers = [text for name, text in runtime.items() if name not in existing]
+        helpers = [text for name, text in runtime.items()
+                   if name not in existing and f"@{name} = " not in primal]
         # (a global definition, e.g. an exception record, may be in the primal
         # already: a tangent module read back defines the tangent functions' own)
         decls = [text for name, text in self.declarations.items()
@@ -583,14 +584,24 @@ def entry_function(name, root: FunctionDerivative, ret_slot_type, return_active,
     ] + [line for given, nonnull in data for line in (
         f"  {nonnull}.is_null = icmp eq ptr {given}, null",
         f"  {nonnull} = select i1 {nonnull}.is_null, ptr @{SINK_WRITE}, ptr {given}")] + [
+        f"  %overlaps = load atomic i64, ptr @{PRODUCT_OVERLAPS} monotonic, align 8",
         f"  %status = call i32 @\"{root.aug_name}\"({argtext})",
         "  %is_ok = icmp eq i32 %status, 0",
         "  %is_none = icmp eq i32 %status, -2",
         "  %ok = or i1 %is_ok, %is_none",
-        "  br i1 %ok, label %reverse, label %failed",
+        "  br i1 %ok, label %swept, label %failed",
         "failed:",
         f"  call void @{FREE}(ptr %tape)",
         "  ret i32 %status",
+        # a product wrote over its operand (blas.PRODUCT_OVERLAPS): no shadow is
+        # written, and the caller (backend.numba_entry) raises
+        "swept:",
+        f"  %overlaps.now = load atomic i64, ptr @{PRODUCT_OVERLAPS} monotonic, align 8",
+        "  %overlapped = icmp ne i64 %overlaps, %overlaps.now",
+        "  br i1 %overlapped, label %failed.product, label %reverse",
+        "failed.product:",
+        f"  call void @{FREE}(ptr %tape)",
+        "  ret i32 0",
         "reverse:",
         # the forward sweep only pushes and the reverse only pops: the tape is at
         # its peak now

@@ -260,7 +260,7 @@ class DerivativeGenerator:
                     pairs = blas.result_written_over(self.builder.module.functions, ins.callee,
                                                      self.builder.products_written_over)
                     if pairs:
-                        blas.check_result_apart(ins, pairs, self._roots, self._where(ins))
+                        blas.check_result_apart(self.fn, ins, pairs, self._where(ins))
                 if ins.opcode == "call" and self._escapes(ins) and not self._printed(ins):
                     self._refuse_nested_autodiff()
                     python_object = PYTHON_OBJECT_CALL.match(ins.callee or "")

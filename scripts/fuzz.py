@@ -1032,7 +1032,8 @@ class _Gen:
 
     def np_product(self, sc, arrs):
         """Matrix products: ``@`` and ``np.dot`` (matrix-matrix, matrix-vector,
-        vector-matrix, with transposes) and ``np.outer``."""
+        vector-matrix, with transposes), ``np.outer``, and a matrix-vector
+        recurrence writing each step into the next row of one buffer."""
         name = self.choice(sorted(arrs))
         shape = arrs[name]
         options = []
@@ -1059,9 +1060,19 @@ class _Gen:
                     options += [(f"{name} @ {o}", (s[1],)), (f"np.dot({name}, {o})", (s[1],))]
                 if len(s) == 2 and s[1] == n:
                     options.append((f"{o} @ {name}", (s[0],)))
+        if len(shape) == 2 and shape[0] == shape[1] and self.c_layout(name):
+            # a recurrence written into the rows of one buffer (np.dot's out)
+            for o, s in arrs.items():
+                if s == (shape[0],):
+                    options.append(((name, o), (3, shape[0])))
         rhs, new = self.choice(options)
         t = self.fresh("M" if len(new) == 2 else "u")
         self.np_register(sc, t, new)
+        if isinstance(rhs, tuple):
+            step = self.fresh("k")
+            return [f"{t} = np.empty({new})", f"{t}[0] = {rhs[1]}",
+                    f"for {step} in range(1, 3):",
+                    f"    np.dot({rhs[0]}, {t}[{step} - 1], {t}[{step}])"], t
         return [f"{t} = {rhs}"], t
 
     def np_linalg(self, sc, arrs):

@@ -38,7 +38,7 @@ from numba.core.errors import TypingError
 from numba.experimental import jitclass
 
 import enzpy
-from enzpy import Active, Const, Duplicated, Reverse, UnsupportedError, autodiff
+from enzpy import Active, Const, Duplicated, Forward, Reverse, UnsupportedError, autodiff
 
 
 def _matrix(n=3):
@@ -365,6 +365,82 @@ def test_a_product_into_an_out_array_of_its_own_is_differentiated():
     A, B = np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[0.5, -1.0], [2.0, 0.3]])
     check = enzpy.check_gradient(product_into_an_array_of_its_own, _dup(A), _dup(B))
     assert check.worst_relative_error < 1e-7, check
+
+
+@njit
+def _product_into_second(B, arrays):
+    np.dot(B, arrays[0], arrays[1])
+    return (arrays[1] ** 2).sum()
+
+
+@njit
+def _recurrence_in_one_buffer(W, H):
+    for t in range(1, H.shape[0]):
+        np.dot(W, H[t - 1], H[t])          # rows of one buffer: apart
+    return (H[-1] ** 2).sum()
+
+
+@njit
+def _product_over_a_list_item(x, alias):
+    A = x.reshape(3, 3).copy()
+    arrays = [A, np.empty((3, 3))]
+    if alias:
+        arrays[1] = A
+    np.dot(A.T, arrays[0], arrays[1])
+    return (arrays[1] ** 2).sum()
+
+
+@njit
+def _gradients_of_product_over_a_list_item(x, alias):
+    dx = np.zeros_like(x)
+    autodiff(Reverse, _product_over_a_list_item, Duplicated(x, dx), Const(alias))
+    return dx
+
+
+_OVERLAP = "wrote its result into memory it reads as an operand"
+
+
+def test_a_product_over_its_operand_through_a_list_is_refused_when_it_runs():
+    # (silently wrong before: the call site saw two different list items)
+    B, A = _matrix()[:2, :2].copy(), _matrix()[1:, 1:].copy()
+    arrays, shadow = [A, A], np.zeros_like(A)
+    with pytest.raises(UnsupportedError, match=_OVERLAP):
+        autodiff(Reverse, _product_into_second, Const(B), Duplicated(arrays, [shadow, shadow]))
+    assert not shadow.any()                    # refused before the reverse sweep
+    with pytest.raises(UnsupportedError, match=_OVERLAP):
+        autodiff(Forward, _product_into_second, Const(B), Duplicated(arrays, [shadow, shadow]))
+    x = np.linspace(-1.0, 1.0, 9)
+    with pytest.raises(UnsupportedError, match=_OVERLAP):
+        enzpy.hvp(njit(lambda x: _product_over_a_list_item(x, True)), x, np.ones(9))
+    with pytest.raises(UnsupportedError, match=_OVERLAP):
+        _gradients_of_product_over_a_list_item(x, True)
+    # the same code with arrays apart, in every mode
+    out_shadow = np.zeros_like(A)
+    autodiff(Reverse, _product_into_second, Const(B),
+             Duplicated([A, A.copy()], [shadow, out_shadow]))
+    E = np.zeros_like(A)
+    E[0, 1] = 1.0
+    assert shadow[0, 1] == pytest.approx(
+        _fd(lambda h: _product_into_second(B, [A + h * E, A.copy()])))
+    (t,) = autodiff(Forward, _product_into_second, Duplicated(B, np.ones_like(B)),
+                    Duplicated([A, A.copy()], [np.zeros_like(A), np.zeros_like(A)]))
+    assert t == pytest.approx(_fd(lambda h: _product_into_second(B + h, [A, A.copy()])))
+    v = np.cos(np.arange(9.0))
+    expected = _fd(lambda h: _product_over_a_list_item.py_func(x + h * v, False))
+    assert _gradients_of_product_over_a_list_item(x, False) @ v == pytest.approx(expected)
+
+
+def _fd(f, eps=1e-6):
+    return (f(eps) - f(-eps)) / (2 * eps)
+
+
+def test_products_into_rows_of_one_buffer_are_differentiated():
+    # (refused before: the call site compared only where the pointers come from)
+    W = _matrix()[:3, :3].copy() * 0.5
+    H = np.zeros((4, 3))
+    H[0] = [0.3, -1.2, 0.7]
+    check = enzpy.check_gradient(_recurrence_in_one_buffer, _dup(W), _dup(H))
+    assert check.worst_relative_error < 1e-6, check
 
 
 _SIGN_BIT = np.int64(-9223372036854775808)
