@@ -106,11 +106,14 @@ _ADDRESS = re.compile(r"(?: at )?0x[0-9a-fA-F]+|#[0-9a-fA-F]{6,}")
 
 class Fingerprint:
     """A running hash of what a derivative depends on; ``codes`` holds the
-    code objects walked (the callees it covers)."""
+    code objects walked, ``functions`` the ids of the functions walked (the
+    callees it covers: equal code says nothing of a function's file, globals
+    or closure, a factory's functions share one code object)."""
 
     def __init__(self):
         self._hash = hashlib.sha256()
         self.codes: set = set()
+        self.functions: set = set()
         self._seen: dict = {}             # id(object) -> its place in the walk
         # the dispatchers met, in walk order (the same in every process for one
         # key): a derivative holding a dispatcher's address is relocated by it
@@ -156,6 +159,7 @@ class Fingerprint:
             return
         if not self._once(fn):
             return
+        self.functions.add(id(fn))
         self.compiled_once |= _has_overload(fn)
         self.add("function", fn.__qualname__)
         names = self._code(code)
@@ -302,8 +306,13 @@ class Fingerprint:
         if not self._once(class_type):
             return
         self.add(sorted((k, _field_type_text(v)) for k, v in class_type.struct.items()))
+        for _, field in sorted(class_type.struct.items()):
+            self.numba_type(field)             # (a field's own jitclass, its methods)
         for name, method in sorted(class_type.jit_methods.items()):
             self.add("method", name)
+            self.value(method)
+        for name, method in sorted(getattr(class_type, "jit_static_methods", {}).items()):
+            self.add("static method", name)
             self.value(method)
         for name, prop in sorted(class_type.jit_props.items()):
             self.add("property", name, sorted(prop))
@@ -322,6 +331,9 @@ class Fingerprint:
                 self.numba_type(item)
         elif isinstance(ty, (types.List, types.ListType)):
             self.numba_type(ty.dtype)
+        elif isinstance(ty, types.DictType):
+            self.numba_type(ty.key_type)
+            self.numba_type(ty.value_type)
         if isinstance(ty, types.BaseNamedTuple):      # (its text names no field)
             self.add("fields", ty.fields)
         if library_path(type(ty)) is None:            # a type a user's extension defines
@@ -542,7 +554,7 @@ def _reaches_uncovered(fp, linked) -> bool:
     Numba's and enzpy's own come with a version in the key)."""
     for fn in linked:
         code = getattr(fn, "__code__", None)
-        if code is not None and code not in fp.codes and not _generated(fn) and \
+        if code is not None and id(fn) not in fp.functions and not _generated(fn) and \
                 not _versioned(code.co_filename):
             return True
     return False

@@ -509,6 +509,70 @@ def test_the_key_covers_frozen_globals_closures_and_rules():
     assert _key(target, Active(1.0)) == before
 
 
+def _scaler_class(k):
+    from numba import float64
+    from numba.experimental import jitclass
+
+    @jitclass([("w", float64)])
+    class Scaler:
+        def __init__(self, w):
+            self.w = w
+
+        def apply(self, x):
+            return k * self.w * x * x
+
+        @staticmethod
+        def twice(x):
+            return 2.0 * k * x
+    return Scaler
+
+
+@njit
+def _apply_first(models, x):
+    return models[0].apply(x)
+
+
+def _models(k):
+    from numba import int64, typed
+    scaler = _scaler_class(k)
+    models = typed.Dict.empty(int64, scaler.class_type.instance_type)
+    models[0] = scaler(1.0)
+    return models
+
+
+def test_the_key_covers_code_reached_through_dicts_and_jitclass_fields():
+    # (found by review: a jitclass reached only as a typed.Dict's values was not
+    # walked, and its method's code, equal to another factory class's, passed
+    # for covered: a later process loaded the derivative of k = 3 for k = 5)
+    assert _key(_apply_first, Const(_models(3.0)), Active(1.5)) != \
+        _key(_apply_first, Const(_models(5.0)), Active(1.5))
+    from numba.experimental import jitclass
+    holders = [jitclass([("s", _scaler_class(k).class_type.instance_type)])(
+        type("Holder", (), {"__init__": lambda self, s: setattr(self, "s", s)}))
+        for k in (3.0, 5.0)]
+    fingerprints = []
+    for holder in holders:
+        fp = fingerprint.Fingerprint()
+        fp.jitclass(holder.class_type)
+        fingerprints.append(fp.key)
+    assert fingerprints[0] != fingerprints[1]
+
+
+def test_code_equal_to_covered_code_is_not_covered():
+    # a factory's functions share one code object; the walk covers the function it
+    # met, with its closure, not every function of that code
+    def make(k):
+        def scaled(x):
+            return k * x
+        return scaled
+    walked, other = make(2.0), make(3.0)
+    fp = fingerprint.Fingerprint()
+    fp.function(walked)
+    assert walked.__code__ == other.__code__
+    assert not fingerprint._reaches_uncovered(fp, [walked])
+    assert fingerprint._reaches_uncovered(fp, [other])
+
+
 def test_globals_merely_named_like_attributes_the_code_uses_are_hashed():
     """Found by review: the walk hashes the globals named as any name the code uses,
     attributes included: an object array named ``T`` (``x.T``) raised TypeError and a
