@@ -487,7 +487,7 @@ class ModuleBuilder:
             existing |= set(d.names)
         runtime = _FORWARD_RUNTIME if self.mode == "forward" else _REVERSE_RUNTIME
         # (a tangent module read back for second order already holds forward
-        # mode's helpers: each is defined once)
+        # mode's helpers and globals: each is defined once)
         helpers = [text for name, text in runtime.items()
                    if name not in existing and f"@{name} = " not in primal]
         # (a global definition, e.g. an exception record, may be in the primal
