@@ -541,6 +541,7 @@ _PARALLEL_LOOP = "numba_parallel_for"
 _NON_WRITING_CALLS = ("NRT_incref", "NRT_decref", "NRT_MemInfo_data_fast", "NRT_MemInfo_data",
                       "llvm.lifetime", "llvm.assume", "llvm.smax", "llvm.smin", "llvm.umax",
                       "llvm.umin", "llvm.abs", "llvm.expect")
+_FREE = "NRT_Free"
 # Pointer arguments a runtime call writes through (all others are only read).
 _WRITTEN_ARGS = {"numba_xxdot": (5,), "numba_xxgemv": (9,), "numba_xxgemm": (12,),
                  "llvm.memset": (0,), "llvm.memcpy": (0,),
@@ -683,6 +684,12 @@ class ReadOnlyMemory:
         self.module = module
         self.roots = {}
         self.written = {name: set() for name in module.functions}
+        # parameters a function may free: NRT_Free frees raw memory only (from
+        # NRT_Allocate), never an argument's array data, so they count as written
+        # where a caller's allocation reaches them. (Numba's copy of an array
+        # assigned from one it may overlap, ``a[1:] = b``, frees a pointer that is
+        # either the copy or b's data: b is not written.)
+        self.freed_params = {name: set() for name in module.functions}
         self.unknown_write = False
         self.never_run = self._never_run()
         self._slot_uses = {}          # function name -> {root: [(instruction, how)]}
@@ -748,11 +755,12 @@ class ReadOnlyMemory:
         return found
 
     def _writes(self, fn):
-        """(pointer operand) for every write in ``fn``, callees' params included."""
+        """(pointer operand, whether it is freed) for every write in ``fn``,
+        callees' params included."""
         for b in fn.blocks:
             for ins in b.instructions:
                 if ins.opcode == "store":
-                    yield ins.operands[1]
+                    yield ins.operands[1], False
                 elif ins.opcode == "call":
                     callee = ins.callee
                     if callee.startswith(_PARALLEL_LOOP):
@@ -760,10 +768,16 @@ class ReadOnlyMemory:
                         self.unknown_write = True
                         continue
                     if callee in self.module.functions:
-                        # (a copy: a recursive call's set grows while this is read)
-                        for j in list(self.written[callee]):
-                            if j[0] == "arg" and j[1] < len(ins.args):
-                                yield ins.args[j[1]]
+                        # (copies: a recursive call's sets grow while they are read)
+                        for kind, j in list(self.written[callee]):
+                            if kind == "arg" and j < len(ins.args):
+                                yield ins.args[j], False
+                        for j in list(self.freed_params[callee]):
+                            if j < len(ins.args):
+                                yield ins.args[j], True
+                        continue
+                    if callee == _FREE:
+                        yield ins.args[0], True
                         continue
                     if callee.startswith(_NON_WRITING_CALLS):
                         continue
@@ -771,7 +785,7 @@ class ReadOnlyMemory:
                                     if callee.startswith(prefix)), None)
                     for k, a in enumerate(ins.args):
                         if a.type == "ptr" and (written is None or k in written):
-                            yield a
+                            yield a, False
 
     # -- pointers held in memory ---------------------------------------------------
     # Numba returns an array by storing its fields into a stack slot the caller
@@ -949,8 +963,14 @@ class ReadOnlyMemory:
         while changed:
             changed = False
             for name, fn in self._running():
-                for ptr in self._writes(fn):
+                for ptr, freed in self._writes(fn):
                     for root in self._roots(fn, ptr):
+                        if freed and root[0] == "arg":
+                            # freed only if the caller passed raw memory it allocated
+                            if root[1] not in self.freed_params[name]:
+                                self.freed_params[name].add(root[1])
+                                changed = True
+                            continue
                         targets = {root}
                         if root[0] == "unknown":
                             targets = self._loaded_roots(fn, root[1])

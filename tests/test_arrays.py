@@ -1194,3 +1194,40 @@ def test_print_in_second_order(capfd):
           - enzpy.gradient(_printed_energy, x - eps * v)) / (2 * eps)
     np.testing.assert_allclose(hv, fd, rtol=1e-6)
     assert capfd.readouterr().out.count("y = [") == 3
+
+
+@njit
+def _solve_against_transpose(A, B):
+    return np.sum(np.linalg.solve(A, B.T) ** 2)
+
+
+@njit
+def _shifted_copy_into(x, out):
+    out[1:] = x[:-1] * 2.0          # Numba copies x first where they may overlap
+    out[0] = x[-1]
+    return (x ** 2).sum() + (out * x).sum()
+
+
+def test_the_source_of_an_array_assignment_is_not_written():
+    # (Numba's copy of a source that may overlap its destination frees a pointer
+    # that is the copy or the source's data: the source counted as written, so
+    # np.linalg.solve(A, A) refused one array passed as both, and every source of
+    # a slice assignment was recorded on the tape instead of read again)
+    A = np.array([[3.0, 0.4, -0.2], [0.1, 2.5, 0.3], [-0.4, 0.2, 3.3]])
+    shadow = np.zeros_like(A)
+    autodiff(Reverse, _solve_against_transpose, Duplicated(A, shadow), Duplicated(A, shadow))
+    expected = np.zeros_like(A)
+    for i, j in np.ndindex(*A.shape):
+        E = np.zeros_like(A)
+        E[i, j] = 1e-6
+        expected[i, j] = (_solve_against_transpose(A + E, A + E)
+                          - _solve_against_transpose(A - E, A - E)) / 2e-6
+    np.testing.assert_allclose(shadow, expected, rtol=1e-6, atol=1e-8)
+    tangent = np.cos(A)
+    (t,) = autodiff(Forward, _solve_against_transpose, Duplicated(A, tangent),
+                    Duplicated(A, tangent))
+    assert t == pytest.approx(np.sum(expected * tangent), rel=1e-6)
+    x = np.array([0.3, -1.1, 0.8, 2.0])
+    check = enzpy.check_gradient(_shifted_copy_into, Duplicated(x, np.zeros(4)),
+                                 Duplicated(np.zeros(4), np.zeros(4)))
+    assert check.worst_relative_error < 1e-7, check
