@@ -81,8 +81,10 @@ def check_call(ins, where, function):
     if kind.kind != "const" and function.startswith("enzpy."):
         return
     if kind.kind != "const" or int(kind.ref) not in KINDS:
-        raise UnsupportedError(f"`{ins.text}`: enzpy differentiates BLAS products of float32 "
-                               f"and float64 arrays only (not complex){where}")
+        raise UnsupportedError(f"a matrix product of complex arrays{where}: enzpy "
+                               f"differentiates BLAS products of float32 and float64 arrays "
+                               f"only; write the complex product as a loop or a broadcast sum "
+                               f"(`(E * x).sum(axis=1)` for `E @ x`), which are differentiated")
 
 
 def result_written_over(functions, name, memo) -> frozenset:
