@@ -106,14 +106,17 @@ _ADDRESS = re.compile(r"(?: at )?0x[0-9a-fA-F]+|#[0-9a-fA-F]{6,}")
 
 class Fingerprint:
     """A running hash of what a derivative depends on; ``codes`` holds the
-    code objects walked, ``functions`` the ids of the functions walked (the
-    callees it covers: equal code says nothing of a function's file, globals
-    or closure, a factory's functions share one code object)."""
+    code objects walked. The callees it covers are the functions walked
+    (``functions``, by id: equal code says nothing of a function's file,
+    globals or closure, a factory's functions share one code object) and those
+    made from code nested in theirs (``nested``, code objects by id: an inner
+    function Numba makes while it compiles the walked one)."""
 
     def __init__(self):
         self._hash = hashlib.sha256()
         self.codes: set = set()
         self.functions: set = set()
+        self.nested: dict = {}                # id(code) -> code (kept: ids stay unique)
         self._seen: dict = {}             # id(object) -> its place in the walk
         # the dispatchers met, in walk order (the same in every process for one
         # key): a derivative holding a dispatcher's address is relocated by it
@@ -195,6 +198,7 @@ class Fingerprint:
         names = set(code.co_names)
         for const in code.co_consts:
             if isinstance(const, pytypes.CodeType):
+                self.nested[id(const)] = const
                 names |= self._code(const)
             elif isinstance(const, frozenset):       # set order varies between processes
                 self.add(sorted(map(repr, const)))
@@ -554,7 +558,8 @@ def _reaches_uncovered(fp, linked) -> bool:
     Numba's and enzpy's own come with a version in the key)."""
     for fn in linked:
         code = getattr(fn, "__code__", None)
-        if code is not None and id(fn) not in fp.functions and not _generated(fn) and \
+        if code is not None and id(fn) not in fp.functions and id(code) not in fp.nested \
+                and not _generated(fn) and \
                 not _versioned(code.co_filename):
             return True
     return False

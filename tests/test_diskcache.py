@@ -571,6 +571,10 @@ def test_code_equal_to_covered_code_is_not_covered():
     assert walked.__code__ == other.__code__
     assert not fingerprint._reaches_uncovered(fp, [walked])
     assert fingerprint._reaches_uncovered(fp, [other])
+    # a function made from code nested in a walked one's (Numba makes an inner
+    # function passed to another @njit function while it compiles the outer one)
+    fp.function(make)
+    assert not fingerprint._reaches_uncovered(fp, [make(4.0)])
 
 
 def test_globals_merely_named_like_attributes_the_code_uses_are_hashed():
