@@ -578,20 +578,20 @@ def pointee_kinds(fn: Function, ptr):
     offsets of the address computations; for a pointer into a struct, the
     whole field it points into (a callee may read all of it). None when
     unknown."""
-    region = _region(fn, ptr)
-    if region is None:
+    found = region(fn, ptr)
+    if found is None:
         return None
-    ty, offset = region
+    ty, offset = found
     return leaf_kinds(ty if offset is None else _field_at(ty, offset))
 
 
 def kinds_from(fn: Function, ptr):
     """What the memory from ``ptr`` to the end of its allocation may hold (as
     ``pointee_kinds``): all a callee given ``ptr`` may write. None when unknown."""
-    region = _region(fn, ptr)
-    if region is None:
+    found = region(fn, ptr)
+    if found is None:
         return None
-    ty, offset = region
+    ty, offset = found
     fields = fields_of(ty)
     if offset is None or not fields:
         return leaf_kinds(ty)
@@ -599,7 +599,7 @@ def kinds_from(fn: Function, ptr):
     return set().union(*(leaf_kinds(f) for f, end in zip(fields, ends) if end > offset))
 
 
-def _region(fn, value):
+def region(fn, value):
     """(type of the allocation, byte offset or None if variable) of a pointer."""
     if value.kind != "inst":
         return None
@@ -608,7 +608,7 @@ def _region(fn, value):
         return ins.source_type, 0
     if ins.opcode != "getelementptr":
         return None
-    base = _region(fn, ins.operands[0])
+    base = region(fn, ins.operands[0])
     if base is None:
         return None
     delta = _gep_offset(ins.source_type, ins.operands[1:])

@@ -15,7 +15,7 @@ from functools import cached_property
 from numba.core import serialize
 
 from .analysis import (ALLOCATORS, ARRAY_ALLOCATORS, DERIVED_POINTERS, POINTER_PROPAGATING,
-                       RAW_ALLOCATORS, RESIZERS, pointer_roots)
+                       RAW_ALLOCATORS, RESIZERS, pointer_roots, region)
 from .custom import rule_for
 from .emitter import Emitter
 from .errors import UnsupportedError
@@ -576,16 +576,67 @@ class ShadowMemory:
                 todo += [self._root(v)[:2] for v in sources if v.ref != "null"]
         return merged
 
-    def _returned_element(self, load):
-        """The float type of an array a call returned (its data pointer ``load``
-        read from the return slot the call filled)."""
+    def _returned_element(self, load, depth=0):
+        """The float type of an array whose data pointer ``load`` reads from a
+        stack slot: one a call returned the array in, or one the function filled
+        itself (a view it built of an argument, ``x.reshape(3, 3)``); None when
+        unknown."""
         slot = self._root(load.operands[0])[2]
         if slot is None or slot.opcode != "alloca":
             return None
         for user in self.fn.users.get(slot.name, ()):
             if user.opcode == "call" and user.args and user.args[0].name == slot.name:
                 return self.builder.data_pointer_type(user.callee, 0)
-        return None
+        stored = self._stored_at(slot, load.operands[0])
+        if stored is None or depth > 4:
+            return None
+        elements = set()
+        names = [a.name for a in self.fn.args]
+        for value in stored:
+            kind, name, ins = self._root(value)
+            if kind == "arg":
+                elements.add(self.builder.data_pointer_type(self.fn.name, names.index(name)))
+            elif ins is not None and ins.opcode == "load":
+                elements.add(self._returned_element(ins, depth + 1))
+            else:
+                return None
+        return elements.pop() if len(elements) == 1 else None
+
+    def _after(self, pointer, offset) -> bool:
+        """Whether ``pointer`` points at a constant offset past ``offset``."""
+        at = region(self.fn, Value(local(pointer.name), "ptr", "inst", pointer.name))
+        return at is not None and at[1] is not None and at[1] > offset
+
+    def _stored_at(self, slot, address):
+        """The pointers (other than null) stored into ``slot`` at ``address``'s
+        constant offset, or None unless every write to the slot is a store of a
+        scalar at a constant offset."""
+        offset = region(self.fn, address)
+        if offset is None or offset[1] is None:
+            return None
+        stored, pending = [], [slot]
+        while pending:
+            pointer = pending.pop()
+            for user in self.fn.users.get(pointer.name, ()):
+                if user.opcode in ("getelementptr", "bitcast") and \
+                        user.operands[0].ref == local(pointer.name):
+                    pending.append(user)
+                elif user.opcode == "load" or user.opcode == "call" and \
+                        user.callee.startswith("llvm.lifetime"):
+                    continue
+                elif user.opcode == "call" and self._after(pointer, offset[1]):
+                    continue        # (a call writes from the pointer it is given on)
+                elif user.opcode == "store" and user.operands[1].ref == local(pointer.name) \
+                        and user.operands[0].ref != local(pointer.name):
+                    at = region(self.fn, user.operands[1])
+                    if at is None or at[1] is None or \
+                            user.operands[0].type.startswith(("{", "[", "<")):
+                        return None
+                    if at[1] == offset[1] and user.operands[0].ref != "null":
+                        stored.append(user.operands[0])
+                else:
+                    return None
+        return stored
 
     def shadow_value(self, e, ins, primal, shadow, name=None) -> Value:
         """Emit the same address computation as ``ins`` on shadow pointers
