@@ -106,15 +106,16 @@ _ADDRESS = re.compile(r"(?: at )?0x[0-9a-fA-F]+|#[0-9a-fA-F]{6,}")
 
 class Fingerprint:
     """A running hash of what a derivative depends on; ``codes`` holds the
-    code objects walked. The callees it covers are the functions walked
-    (``functions``, by id: equal code says nothing of a function's file,
-    globals or closure, a factory's functions share one code object) and those
-    made from code nested in theirs (``nested``, code objects by id: an inner
-    function Numba makes while it compiles the walked one)."""
+    code objects walked, by id (equal code of two files is two). The callees it
+    covers are the functions walked (``functions``, by id: equal code says
+    nothing of a function's file, globals or closure, a factory's functions
+    share one code object) and those made from code nested in theirs
+    (``nested``, code objects by id: an inner function Numba makes while it
+    compiles the walked one)."""
 
     def __init__(self):
         self._hash = hashlib.sha256()
-        self.codes: set = set()
+        self.codes: dict = {}                 # id(code) -> code
         self.functions: set = set()
         self.nested: dict = {}                # id(code) -> code (kept: ids stay unique)
         self._seen: dict = {}             # id(object) -> its place in the walk
@@ -187,7 +188,7 @@ class Fingerprint:
 
     def _code(self, code) -> set:
         """Hash a code object and those nested in it; returns every name they use."""
-        self.codes.add(code)
+        self.codes[id(code)] = code
         # (the name of generated code, "<string>", "<evaluator 3>", says nothing of it;
         # a notebook cell's file is named by its content in a folder named by the kernel)
         filename = "<generated>" if code.co_filename.startswith("<") else \

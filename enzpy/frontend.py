@@ -1119,7 +1119,7 @@ def refuse_stale_numba_cache(dispatcher):
         if walk is None:
             continue
         own = disp.py_func.__code__.co_filename        # (Numba checks that one)
-        for code in walk.codes:
+        for code in walk.codes.values():
             if code.co_filename == own:
                 continue
             try:
