@@ -56,11 +56,6 @@ OVERLAP_MESSAGE = ("a matrix product (np.dot(a, b, out), @) wrote its result int
                    "its own")
 
 
-def product_overlaps() -> int:
-    """How many products so far wrote their result over an operand (any thread)."""
-    return _product_overlaps.value
-
-
 # (indices of the operands read, index of the operand written)
 OPERANDS = {"numba_xxgemm": ((7, 9), 12), "numba_xxgemv": ((5, 7), 9), "numba_xxdot": ((3, 4), 5)}
 
@@ -376,8 +371,8 @@ entry:
   call void @llvm.memcpy.p0.p0.i64(ptr %alpha_copy, ptr %alpha, i64 %size, i1 false)
   %beta_copy = getelementptr i8, ptr %alpha_copy, i64 8
   call void @llvm.memcpy.p0.p0.i64(ptr %beta_copy, ptr %beta, i64 %size, i1 false)
-{_GEMV_APART}  %status = {_GEMV_CALL.format(trans="%trans", alpha="%alpha", a="%a", x="%x", beta="%beta",
-                                y="%y")}
+{_GEMV_APART}  %status = {_GEMV_CALL.format(trans="%trans", alpha="%alpha", a="%a", x="%x",
+                                             beta="%beta", y="%y")}
   ret i32 %status
 }}
 """
@@ -440,11 +435,12 @@ after.{lab}.{ty}:
   %beta.{ty} = load {ty}, ptr %beta
   call void @enzpy.block.scale.{ty}(ptr {t["y"]}, i64 %y_len, i64 1, i64 %y_len, {ty} %beta.{ty})
 """ + product(t["a"], "%x", "a", t["a"]) + product("%a", t["x"], "x", t["x"]))
+    call = _GEMV_CALL.format(trans="%trans", alpha="%alpha", a="%a", x="%x", beta="%beta",
+                             y="%y")
     return f"""
 define internal i32 @"{deriv.name}"({", ".join(deriv.params)}) {{
 entry:
-{_GEMV_EXTENTS}{_GEMV_APART}  %status = {_GEMV_CALL.format(trans="%trans", alpha="%alpha", a="%a", x="%x",
-                                                        beta="%beta", y="%y")}
+{_GEMV_EXTENTS}{_GEMV_APART}  %status = {call}
   %no_y = icmp eq ptr {t["y"]}, null
   br i1 %no_y, label %done, label %kinds
 kinds:

@@ -610,7 +610,8 @@ class ShadowMemory:
     def _stored_at(self, slot, address):
         """The pointers (other than null) stored into ``slot`` at ``address``'s
         constant offset, or None unless every write to the slot is a store of a
-        scalar at a constant offset."""
+        scalar at a constant offset or a call given a pointer past that offset
+        (Numba's reshape writes the shape and strides after the data pointer)."""
         offset = region(self.fn, address)
         if offset is None or offset[1] is None:
             return None
