@@ -494,7 +494,9 @@ class ShadowMemory:
             elif kind == "inst" and self.fn.defs[name].opcode == "alloca":
                 source = self.fn.defs[name].source_type
                 found |= {_scalar_kind(t) for t in _leaf_types(source)}
-            elif kind == "inst" and self.fn.defs[name].opcode in ("phi", "select"):
+            elif kind == "inst" and (self.fn.defs[name].opcode in ("phi", "select") or
+                                     self.fn.defs[name].opcode == "load" and
+                                     self._slot_sources(self.fn.defs[name]) is not None):
                 continue                # its sources are roots too (_merged_roots)
             elif kind == "inst" and self.fn.defs[name].opcode == "load":
                 element = self._returned_element(self.fn.defs[name])
@@ -574,33 +576,31 @@ class ShadowMemory:
                 sources = [v for v, _ in ins.incoming] if ins.opcode == "phi" \
                     else ins.operands[1:]
                 todo += [self._root(v)[:2] for v in sources if v.ref != "null"]
+            elif ins is not None and ins.opcode == "load":
+                todo += [self._root(v)[:2] for v in self._slot_sources(ins) or ()]
         return merged
 
-    def _returned_element(self, load, depth=0):
-        """The float type of an array whose data pointer ``load`` reads from a
-        stack slot: one a call returned the array in, or one the function filled
-        itself (a view it built of an argument, ``x.reshape(3, 3)``); None when
-        unknown."""
+    def _slot_sources(self, load):
+        """The pointers the function stored where ``load`` reads a pointer from a
+        stack slot it fills itself (an array's struct it built on the stack: a
+        view, ``x.reshape(3, 3)``, of memory allocated or received), or None."""
+        slot = self._root(load.operands[0])[2]
+        if slot is None or slot.opcode != "alloca" or any(
+                user.opcode == "call" and user.args and user.args[0].name == slot.name
+                for user in self.fn.users.get(slot.name, ())):
+            return None
+        return self._stored_at(slot, load.operands[0]) or None
+
+    def _returned_element(self, load):
+        """The float type of an array a call returned (its data pointer ``load``
+        read from the return slot the call filled)."""
         slot = self._root(load.operands[0])[2]
         if slot is None or slot.opcode != "alloca":
             return None
         for user in self.fn.users.get(slot.name, ()):
             if user.opcode == "call" and user.args and user.args[0].name == slot.name:
                 return self.builder.data_pointer_type(user.callee, 0)
-        stored = self._stored_at(slot, load.operands[0])
-        if stored is None or depth > 4:
-            return None
-        elements = set()
-        names = [a.name for a in self.fn.args]
-        for value in stored:
-            kind, name, ins = self._root(value)
-            if kind == "arg":
-                elements.add(self.builder.data_pointer_type(self.fn.name, names.index(name)))
-            elif ins is not None and ins.opcode == "load":
-                elements.add(self._returned_element(ins, depth + 1))
-            else:
-                return None
-        return elements.pop() if len(elements) == 1 else None
+        return None
 
     def _after(self, pointer, offset) -> bool:
         """Whether ``pointer`` points at a constant offset past ``offset``."""

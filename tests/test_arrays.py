@@ -1241,18 +1241,25 @@ def _product_of_a_reshaped_copy_in_a_list(x, B):
     return (arrays[1] ** 2).sum()
 
 
-def test_a_copy_of_a_view_the_function_built_is_typed_by_the_viewed_argument():
-    # (found by review: refused, "cannot tell what llvm.memcpy copies": the copy's
-    # source was x's data pointer read back from the view's struct on the stack,
-    # and its destination only reached a product through the list)
+@njit
+def _product_of_a_reshaped_local_copy_in_a_list(x, B):
+    A = (x * 2.0).reshape(3, 3).copy()
+    arrays = [A, np.empty((3, 3))]
+    np.dot(B, arrays[0], arrays[1])
+    return (arrays[1] ** 2).sum()
+
+
+@pytest.mark.parametrize("f", [_product_of_a_reshaped_copy_in_a_list,
+                               _product_of_a_reshaped_local_copy_in_a_list])
+def test_a_copy_of_a_view_the_function_built_is_typed_by_the_viewed_memory(f):
+    # (found by reviews: refused, "cannot tell what llvm.memcpy copies": the copy's
+    # source was a data pointer read back from the view's struct on the stack, and
+    # its destination only reached a product through the list)
     x = np.cos(np.arange(9.0))
     B = np.sin(np.arange(9.0)).reshape(3, 3)
-    check = enzpy.check_gradient(_product_of_a_reshaped_copy_in_a_list,
-                                 Duplicated(x, np.zeros(9)), Const(B))
+    check = enzpy.check_gradient(f, Duplicated(x, np.zeros(9)), Const(B))
     assert check.worst_relative_error < 1e-7, check
-    (t,) = autodiff(Forward, _product_of_a_reshaped_copy_in_a_list,
-                    Duplicated(x, np.ones(9)), Const(B))
+    (t,) = autodiff(Forward, f, Duplicated(x, np.ones(9)), Const(B))
     h = 1e-6
-    expected = (_product_of_a_reshaped_copy_in_a_list(x + h, B)
-                - _product_of_a_reshaped_copy_in_a_list(x - h, B)) / (2 * h)
+    expected = (f(x + h, B) - f(x - h, B)) / (2 * h)
     assert t == pytest.approx(expected, rel=1e-6)
