@@ -242,9 +242,9 @@ def lstm_input():
             "sequence": (rng.uniform(size=(c, b)) > 0.5).astype(float).tolist()}
 
 
-def kmeans_input():
+def kmeans_input(shift=0.0):
     rng = np.random.default_rng(31337)
-    points = rng.uniform(size=(40, 3))
+    points = rng.uniform(size=(40, 3)) + shift
     return {"points": points.tolist(), "centroids": points[-4:].tolist()}
 
 
@@ -277,7 +277,7 @@ INPUTS = {
     "ba": [BA],
     "ht": [ht_tiny(True), ht_tiny(False)],
     "lstm": [lstm_input()],
-    "kmeans": [kmeans_input()],
+    "kmeans": [kmeans_input(), kmeans_input(shift=1e6)],
     "llsq": [{"x": RNG.standard_normal(6).tolist(), "n": 9}],
     "lse": [{"x": RNG.uniform(size=7).tolist()}],
     "ode": [{"x": RNG.uniform(size=5).tolist(), "s": 3}],
@@ -434,6 +434,17 @@ def test_kmeans(session):
     assert_derivative(output(session, "kmeans", "dir"), closed)
 
 
+def test_kmeans_far_from_the_origin(session):
+    # (found by review: distances expanded as |p|^2 + |c|^2 - 2 p.c cancelled, and
+    # picked the wrong nearest centroids: dir was off by 1e-2 at a shift of 1e6)
+    inp = kmeans_input(shift=1e6)
+    points, centroids = np.array(inp["points"]), np.array(inp["centroids"])
+    assert suite_close(output(session, "kmeans", "cost", 1), kmeans_np(points, centroids))
+    nearest = ((points[:, None] - centroids[None]) ** 2).sum(-1).argmin(axis=1)
+    closed = np.array([centroids[j] - points[nearest == j].mean(axis=0) for j in range(4)])
+    assert_derivative(output(session, "kmeans", "dir", 1), closed, rtol=1e-6)
+
+
 def test_ba(session):
     n, m, p = BA["n"], BA["m"], BA["p"]
     cam, X, w, feat = np.array(BA["cam"]), np.array(BA["x"]), BA["w"], np.array(BA["feat"])
@@ -495,6 +506,18 @@ def test_particle(session):
         got = output(session, "particle", fn)
         assert suite_close(got, 0.2071918746486116), fn
         assert got == pytest.approx(0.2071918746486116, rel=1e-6), fn
+
+
+def test_a_particle_that_never_lands_is_answered():
+    # (found by review: a charge holding the particle up, w = 10, made the tool loop
+    # forever without answering)
+    answers, _ = run_tool([{"id": 0, "kind": "start", "eval": "particle"},
+                           {"id": 1, "kind": "evaluate", "module": "particle", "function": "rr",
+                            "input": {"w": 10.0, "min_runs": 1, "min_seconds": 0.0}},
+                           {"id": 2, "kind": "start"}], timeout=600)
+    assert [a["id"] for a in answers] == [0, 1, 2]
+    assert answers[1]["success"] is False
+    assert "does not reach the ground within 100000 steps" in answers[1]["error"]
 
 
 @_slow

@@ -1,5 +1,5 @@
-"""kmeans: the sum over points of the squared distance to the nearest centroid (distances by
-one matrix product); ``dir = J / H`` with J the gradient (enzpy reverse mode) and H the
+"""kmeans: the sum over points of the squared distance to the nearest centroid (sums of
+squared differences); ``dir = J / H`` with J the gradient (enzpy reverse mode) and H the
 diagonal of the Hessian, which is diagonal, so H = Hessian times ones (``enzpy.hvp``)."""
 import numpy as np
 from numba import njit
@@ -13,11 +13,18 @@ FUNCTIONS = ("cost", "dir")
 
 @njit
 def kmeans_cost(centroids, points):
-    D = (np.sum(points ** 2, axis=1).reshape((-1, 1)) + np.sum(centroids ** 2, axis=1)
-         - 2.0 * (points @ centroids.T))
+    # (distances as sums of squared differences: expanded into |p|^2 + |c|^2 - 2 p.c
+    # they cancel for data far from the origin, and the loops are faster anyway)
     cost = 0.0
     for i in range(points.shape[0]):
-        cost += np.min(D[i])
+        best = np.inf
+        for j in range(centroids.shape[0]):
+            d = 0.0
+            for k in range(points.shape[1]):
+                diff = points[i, k] - centroids[j, k]
+                d += diff * diff
+            best = min(best, d)
+        cost += best
     return cost
 
 

@@ -21,6 +21,10 @@ from ._common import number, tofloat
 from ._gd import multivariate_argmin
 
 FUNCTIONS = ("rr", "ff", "fr", "rf")
+# A charge that holds the particle up (w = 10) keeps it from ever landing: the
+# simulation gives up (the tool answers, unsuccessfully) instead of looping forever.
+MAX_STEPS = 100_000
+_NO_LANDING = f"the particle does not reach the ground within {MAX_STEPS} steps"
 
 
 @njit
@@ -107,7 +111,7 @@ def _make_euler(accel):
         x = np.array([0.0, 8.0])
         xdot = np.array([0.75, 0.0])
         dt = 0.1
-        while True:
+        for _ in range(MAX_STEPS):
             xddot = accel(x, w)
             x_new = x + dt * xdot
             if x_new[1] > 0.0:
@@ -117,6 +121,7 @@ def _make_euler(accel):
                 dt_f = -x_new[1] / xdot[1]
                 x_f = x_new + dt_f * xdot
                 return x_f[0] * x_f[0]
+        raise ValueError(_NO_LANDING)
     return naive_euler
 
 
