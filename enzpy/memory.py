@@ -580,27 +580,32 @@ class ShadowMemory:
                 todo += [self._root(v)[:2] for v in self._slot_sources(ins) or ()]
         return merged
 
+    def _stack_slot(self, load):
+        """(the alloca ``load`` reads from, the call returning into it or None),
+        or None when ``load`` does not read from a stack slot."""
+        slot = self._root(load.operands[0])[2]
+        if slot is None or slot.opcode != "alloca":
+            return None
+        return slot, next((user for user in self.fn.users.get(slot.name, ())
+                           if user.opcode == "call" and user.args
+                           and user.args[0].name == slot.name), None)
+
     def _slot_sources(self, load):
         """The pointers the function stored where ``load`` reads a pointer from a
         stack slot it fills itself (an array's struct it built on the stack: a
         view, ``x.reshape(3, 3)``, of memory allocated or received), or None."""
-        slot = self._root(load.operands[0])[2]
-        if slot is None or slot.opcode != "alloca" or any(
-                user.opcode == "call" and user.args and user.args[0].name == slot.name
-                for user in self.fn.users.get(slot.name, ())):
+        found = self._stack_slot(load)
+        if found is None or found[1] is not None:
             return None
-        return self._stored_at(slot, load.operands[0]) or None
+        return self._stored_at(found[0], load.operands[0]) or None
 
     def _returned_element(self, load):
         """The float type of an array a call returned (its data pointer ``load``
         read from the return slot the call filled)."""
-        slot = self._root(load.operands[0])[2]
-        if slot is None or slot.opcode != "alloca":
+        found = self._stack_slot(load)
+        if found is None or found[1] is None:
             return None
-        for user in self.fn.users.get(slot.name, ()):
-            if user.opcode == "call" and user.args and user.args[0].name == slot.name:
-                return self.builder.data_pointer_type(user.callee, 0)
-        return None
+        return self.builder.data_pointer_type(found[1].callee, 0)
 
     def _after(self, pointer, offset) -> bool:
         """Whether ``pointer`` points at a constant offset past ``offset``."""
