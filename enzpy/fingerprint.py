@@ -117,7 +117,7 @@ class Fingerprint:
         self._hash = hashlib.sha256()
         self.codes: dict = {}                 # id(code) -> code
         self.functions: set = set()
-        self.nested: dict = {}                # id(code) -> code (kept: ids stay unique)
+        self.nested: set = set()              # (``codes`` keeps them: the ids stay unique)
         self._seen: dict = {}             # id(object) -> its place in the walk
         # the dispatchers met, in walk order (the same in every process for one
         # key): a derivative holding a dispatcher's address is relocated by it
@@ -199,7 +199,7 @@ class Fingerprint:
         names = set(code.co_names)
         for const in code.co_consts:
             if isinstance(const, pytypes.CodeType):
-                self.nested[id(const)] = const
+                self.nested.add(id(const))
                 names |= self._code(const)
             elif isinstance(const, frozenset):       # set order varies between processes
                 self.add(sorted(map(repr, const)))
